@@ -1,0 +1,1 @@
+"""HTTP side of textbento: request/response types and the error shape. No model code."""

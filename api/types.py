@@ -1,0 +1,125 @@
+"""Request and response bodies of the public HTTP API (pydantic v2).
+
+Unknown fields are rejected (422 naming the field): a typo such as ``input`` for ``inputs``
+must not silently fall back to defaults. The embeddings types follow OpenAI's shapes so the
+official ``openai`` client works unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+
+
+def _as_list(value: object) -> object:
+    return [value] if isinstance(value, str) else value
+
+
+Text = Annotated[str, StringConstraints(min_length=1)]
+# One text or a non-empty list of texts, always a list once validated; errors name the item.
+Texts = Annotated[list[Text], BeforeValidator(_as_list, json_schema_input_type=str | list[str]), Field(min_length=1)]
+
+
+class Request(BaseModel):
+    """Base of every request body: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Usage(BaseModel):
+    """Tokens processed for the request (after truncation, special tokens included)."""
+
+    prompt_tokens: int
+    total_tokens: int
+
+
+class ClassifyRequest(Request):
+    """``POST /v1/classify``: one text or a list of texts."""
+
+    inputs: Texts
+    top_k: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="also return the k most probable labels with their scores"
+    )
+    truncate: bool = Field(True, description="cut texts longer than the model's limit (else 413)")
+
+
+class LabelScore(BaseModel):
+    label: str
+    score: float
+
+
+class Classification(BaseModel):
+    """The answer for one input text, at the same ``index`` as in the request."""
+
+    index: int
+    label: str
+    score: float
+    scores: list[LabelScore] | None = None
+    truncated: bool
+
+
+class ClassifyResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Classification]
+    model: str
+    usage: Usage
+
+
+class EmbeddingsRequest(Request):
+    """``POST /v1/embeddings`` in OpenAI's shape (token-id inputs are not supported)."""
+
+    input: Texts
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Annotated[int, Field(ge=1)] | None = None
+    user: str | None = None
+    truncate: bool = Field(True, description="cut texts longer than the model's limit (else 413)")
+
+
+class Embedding(BaseModel):
+    """One vector; a base64 string of little-endian float32 when ``encoding_format`` is base64."""
+
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: Usage
+
+
+class ModelCard(BaseModel):
+    """The served model, in OpenAI's model-list shape plus what a client needs to use it."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "textbento"
+    tag: str
+    task: Literal["classify", "embed"]
+    labels: list[str]
+    max_length: int
+    dimensions: int | None
+    backend: str
+    device: str
+    source: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class SentimentRequest(Request):
+    """``POST /api/v1/sentiment``: the seed article's route, kept for its clients."""
+
+    text: Text
+
+
+class SentimentResponse(BaseModel):
+    label: str
+    confidence: float

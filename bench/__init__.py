@@ -1,0 +1,1 @@
+"""Benchmark and load tooling, shared by ``make bench`` and the integration tests."""

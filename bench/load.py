@@ -1,0 +1,93 @@
+"""Closed-loop HTTP load: ``concurrency`` clients, each sending its next request when the last one answers.
+
+Bounded by a request count and a deadline, whichever comes first. Uses aiohttp (a dependency of
+BentoML already) because the load generator shares the machine's cores with the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import aiohttp
+import numpy as np
+
+
+@dataclass
+class LoadResult:
+    """What one load run saw: per-request latencies (seconds) and status counts."""
+
+    concurrency: int
+    elapsed_s: float
+    latencies_s: list[float] = field(default_factory=list)
+    statuses: Counter = field(default_factory=Counter)
+    texts: int = 0
+    sample_errors: list[str] = field(default_factory=list)
+
+    @property
+    def requests(self) -> int:
+        return sum(self.statuses.values())
+
+    @property
+    def errors(self) -> int:
+        return self.requests - self.statuses.get(200, 0)
+
+    def percentile_ms(self, q: float) -> float:
+        return float(np.percentile(self.latencies_s, q) * 1000) if self.latencies_s else float("nan")
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+            "errors": self.errors,
+            "statuses": {str(k): v for k, v in sorted(self.statuses.items(), key=str)},
+            "requests_per_s": round(self.requests / self.elapsed_s, 1),
+            "texts_per_s": round(self.texts / self.elapsed_s, 1),
+            "p50_ms": round(self.percentile_ms(50), 2),
+            "p95_ms": round(self.percentile_ms(95), 2),
+            "p99_ms": round(self.percentile_ms(99), 2),
+        }
+
+
+async def closed_loop(
+    url: str,
+    make_body: Callable[[int], dict[str, Any]],
+    *,
+    concurrency: int,
+    requests: int,
+    deadline_s: float,
+    texts_per_request: int = 1,
+) -> LoadResult:
+    """POST ``make_body(i)`` to ``url`` for i in range(requests), ``concurrency`` at a time."""
+    result = LoadResult(concurrency=concurrency, elapsed_s=0.0)
+    counter = iter(range(requests))
+    stop_at = time.perf_counter() + deadline_s
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=max(deadline_s, 1) + 60)
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        for index in counter:
+            if time.perf_counter() > stop_at:
+                return
+            started = time.perf_counter()
+            try:
+                async with session.post(url, json=make_body(index)) as response:
+                    body = await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+                status, body = type(error).__name__, b""
+            result.latencies_s.append(time.perf_counter() - started)
+            result.statuses[status] += 1
+            if status == 200:
+                result.texts += texts_per_request
+            elif len(result.sample_errors) < 5:
+                result.sample_errors.append(f"{status}: {body[:200]!r}")
+
+    started = time.perf_counter()
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        await asyncio.gather(*(client(session) for _ in range(concurrency)))
+    result.elapsed_s = time.perf_counter() - started
+    return result

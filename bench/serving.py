@@ -1,0 +1,69 @@
+"""Starts the real ``bentoml serve`` (every process) on a free 127.0.0.1 port and stops it cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+BENTOML = str(Path(sys.executable).with_name("bentoml"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_ready(base_url: str, process: subprocess.Popen, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"bentoml serve exited with status {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{base_url}/readyz", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{base_url} not ready after {timeout_s} s")
+
+
+@contextmanager
+def serve(
+    target: str = "service:TextBento", *, env: dict[str, str] | None = None, log_path: Path | None = None
+) -> Iterator[str]:
+    """Yields the base URL of a ready server; the whole process group is stopped on exit."""
+    port = free_port()
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    process = subprocess.Popen(
+        [BENTOML, "serve", target, "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base_url, process)
+        yield base_url
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if log_path:
+            log.close()

@@ -1,0 +1,14 @@
+"""Model-side code of textbento: everything between text and numbers, no HTTP.
+
+One module, one job:
+
+- ``spec``         what the served model is (task, labels, pooling, limits), as stored in the model store
+- ``detection``    reads a ``save_pretrained`` directory and works out its spec (import time only)
+- ``tokenization`` text → token ids, truncated to the model's limit, reporting what was cut
+- ``batching``     token ids → length-sorted, token-budgeted, padded sub-batches
+- ``backends``     padded ids → logits or pooled embeddings (PyTorch today)
+- ``postprocess``  softmax and labels; pooling and normalisation
+- ``inference``    one collected batch through batching, a backend and back into request order
+- ``store``        Hugging Face directory or Hub id → BentoML model store, with its spec as metadata
+- ``settings``     serving configuration from ``TEXTBENTO_*`` environment variables
+"""

@@ -1,0 +1,38 @@
+"""PyTorch backend: CUDA with fp16 when a GPU is present, CPU fp32 with an explicit thread count otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoModel, AutoModelForSequenceClassification
+
+from ..postprocess import sentence_embeddings
+from ..spec import ModelSpec
+
+
+class TorchBackend:
+    """A transformers model in ``inference_mode``, loaded once per runner process."""
+
+    name = "torch"
+
+    def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int) -> None:
+        self.spec = spec
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        # torch defaults to every core it sees; the runner shares them with tokenizer workers.
+        torch.set_num_threads(threads)
+        model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
+        dtype = torch.float16 if self.device == "cuda" else torch.float32
+        self.model = model_class.from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
+
+    def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            outputs = self.model(
+                input_ids=torch.from_numpy(input_ids).to(self.device),
+                attention_mask=torch.from_numpy(attention_mask).to(self.device),
+            )
+            if self.spec.task == "classify":
+                return outputs.logits.float().cpu().numpy()
+            hidden = outputs.last_hidden_state.float().cpu().numpy()
+        return sentence_embeddings(hidden, attention_mask, self.spec.pooling, self.spec.normalize)

@@ -1,0 +1,45 @@
+"""Model outputs → answers: softmax and labels for classifiers, pooling and normalisation for embedders."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .spec import Pooling
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax, stable for large logits."""
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def ranked_labels(probabilities: np.ndarray, labels: Sequence[str], top_k: int) -> list[tuple[str, float]]:
+    """The ``top_k`` (label, probability) pairs of one row, most probable first."""
+    order = np.argsort(-probabilities, kind="stable")[:top_k]
+    return [(labels[index], float(probabilities[index])) for index in order]
+
+
+def pool(hidden: np.ndarray, attention_mask: np.ndarray, mode: Pooling) -> np.ndarray:
+    """``[rows, tokens, dim]`` hidden states → ``[rows, dim]``, padding excluded."""
+    if mode == "cls":
+        return hidden[:, 0]
+    mask = attention_mask[..., None].astype(hidden.dtype)
+    if mode == "max":
+        return np.where(mask > 0, hidden, -np.inf).max(axis=1)
+    return (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Unit-length rows (zero rows stay zero), as sentence-transformers' Normalize module does."""
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    return vectors / np.clip(norms, 1e-12, None)
+
+
+def sentence_embeddings(
+    hidden: np.ndarray, attention_mask: np.ndarray, mode: Pooling, normalize: bool
+) -> np.ndarray:
+    """Pooled, optionally normalised float32 sentence embeddings from last hidden states."""
+    pooled = pool(hidden.astype(np.float32, copy=False), attention_mask, mode)
+    return l2_normalize(pooled) if normalize else pooled

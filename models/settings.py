@@ -1,0 +1,31 @@
+"""Serving configuration, read once per process from ``TEXTBENTO_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _cpu_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class Settings(BaseSettings):
+    """Every knob of the service; each field is ``TEXTBENTO_<FIELD>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="TEXTBENTO_")
+
+    model: str = Field("text-model:latest", description="BentoML store tag of the served model")
+    backend: Literal["torch"] = Field("torch", description="inference backend of the runner")
+    workers: int = Field(default_factory=_cpu_count, ge=1, description="API/tokenizer worker processes")
+    runner_threads: int = Field(default_factory=_cpu_count, ge=1, description="intra-op CPU threads of the runner")
+    max_batch_size: int = Field(64, ge=2, description="most texts in one adaptive batch")
+    max_latency_ms: int = Field(20_000, ge=1, description="adaptive batcher sheds (503) past this predicted latency")
+    token_budget: int = Field(8192, ge=1, description="most padded tokens in one forward pass")
+    timeout_s: int = Field(60, ge=1, description="request timeout of each service")
+
+
+settings = Settings()

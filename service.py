@@ -1,0 +1,173 @@
+"""textbento: Hugging Face text classification and sentence embeddings over HTTP.
+
+    client ─JSON─▶ TextBento × N workers ──────────────────────▶ Encoder × 1 per device
+                   validate (pydantic)                           adaptive batching across requests
+                   tokenize in a thread, never on the loop       sort by length, cut, pad, forward
+                   softmax / labels / base64 ◀── logits or embeddings ──┘
+
+Configuration: ``TEXTBENTO_*`` environment variables (``models/settings.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import bentoml
+import numpy as np
+from fastapi import FastAPI
+
+from api.errors import APIError, install_error_handlers
+from api.types import (
+    Classification,
+    ClassifyRequest,
+    ClassifyResponse,
+    Embedding,
+    EmbeddingsRequest,
+    EmbeddingsResponse,
+    LabelScore,
+    ModelCard,
+    ModelList,
+    SentimentRequest,
+    SentimentResponse,
+    Usage,
+)
+from models.backends import load_backend
+from models.dispatch import dispatch_when_free
+from models.inference import InferenceThread, run_batch
+from models.postprocess import ranked_labels, softmax
+from models.settings import settings
+from models.store import load_spec
+from models.tokenization import Encoded, TextTokenizer
+
+dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
+MODEL = bentoml.models.BentoModel(settings.model)
+# A log line per request costs measurable throughput; errors are still logged.
+NO_ACCESS_LOG = {"access": {"enabled": False}}
+# BentoML 1.4.40 recycles the client session to a service every 100 requests / 300 s and kills
+# the calls in flight on it (HTTP 500 under concurrency, upstream #5540/#5544). Read from the
+# callee's config, so it is set on the Encoder.
+NEVER_RECYCLE = {"max_requests": 2**62, "max_age": 1e12}
+
+
+@bentoml.service(
+    name="encoder",
+    workers=1,
+    resources={"gpu": 1},
+    traffic={"timeout": settings.timeout_s},
+    logging=NO_ACCESS_LOG,
+    runner_connection=NEVER_RECYCLE,
+)
+class Encoder:
+    """The runner: token ids in, logits or sentence embeddings out, in adaptive batches."""
+
+    model = MODEL
+
+    def __init__(self) -> None:
+        self.spec = load_spec(self.model)
+        self.thread = InferenceThread()
+        self.backend = self.thread.call(load_backend, settings.backend, self.model.path, self.spec, settings.runner_threads)
+        # Warm-up before /readyz turns green: the first forward pass is the slowest.
+        self.thread.call(self.forward, [np.ones(16, dtype=np.int32)] * 8)
+
+    def forward(self, token_ids: list[np.ndarray]) -> list[np.ndarray]:
+        return run_batch(self.backend, token_ids, self.spec.pad_id, settings.token_budget)
+
+    @bentoml.api(batchable=True, max_batch_size=settings.max_batch_size, max_latency_ms=settings.max_latency_ms)
+    async def encode(self, token_ids: list[np.ndarray]) -> list[np.ndarray]:
+        return await self.thread.run(self.forward, token_ids)
+
+    @bentoml.api
+    def device(self) -> dict[str, str]:
+        return {"backend": self.backend.name, "device": self.backend.device}
+
+
+app = FastAPI(title="textbento", summary="Text classification and sentence embeddings")
+install_error_handlers(app)
+
+
+@bentoml.service(
+    name="textbento",
+    workers=settings.workers,
+    traffic={"timeout": settings.timeout_s},
+    logging=NO_ACCESS_LOG,
+)
+@bentoml.asgi_app(app)
+class TextBento:
+    """The HTTP API and the tokenizer workers: one hop to the Encoder per request."""
+
+    encoder = bentoml.depends(Encoder)
+    model = MODEL
+
+    def __init__(self) -> None:
+        self.spec = load_spec(self.model)
+        self.tokenizer = TextTokenizer(self.model.path, self.spec.max_length)
+        self.aliases = {None, self.model.tag.name, str(self.model.tag), self.spec.source}
+
+    async def run(self, texts: list[str], task: str, truncate: bool) -> tuple[list[Encoded], list[np.ndarray]]:
+        """Tokenize off the event loop, then encode in runner-sized chunks, concurrently."""
+        if task != self.spec.task:
+            raise APIError(
+                400, "wrong_task", f"the served model {self.model.tag.name!r} does its task {self.spec.task!r}, not {task!r}"
+            )
+        encoded = await asyncio.to_thread(self.tokenizer.encode, texts)
+        if not truncate and (cut := next((i for i, e in enumerate(encoded) if e.truncated), None)) is not None:
+            raise APIError(
+                413, "input_too_long", f"input {cut} is longer than {self.spec.max_length} tokens and truncate is false", "inputs"
+            )
+        size = settings.max_batch_size
+        chunks = await asyncio.gather(
+            *(self.encoder.to_async.encode([e.ids for e in encoded[i : i + size]]) for i in range(0, len(encoded), size))
+        )
+        return encoded, [row for chunk in chunks for row in chunk]
+
+    def usage(self, encoded: list[Encoded]) -> Usage:
+        tokens = sum(e.tokens for e in encoded)
+        return Usage(prompt_tokens=tokens, total_tokens=tokens)
+
+    @app.post("/v1/classify", response_model=ClassifyResponse)
+    async def classify(self, request: ClassifyRequest) -> ClassifyResponse:
+        encoded, logits = await self.run(request.inputs, "classify", request.truncate)
+        data = []
+        for index, (row, e) in enumerate(zip(logits, encoded)):
+            ranked = ranked_labels(softmax(row), self.spec.labels, request.top_k or 1)
+            scores = [LabelScore(label=l, score=s) for l, s in ranked] if request.top_k else None
+            data.append(Classification(index=index, label=ranked[0][0], score=ranked[0][1], scores=scores, truncated=e.truncated))
+        return ClassifyResponse(data=data, model=self.model.tag.name, usage=self.usage(encoded))
+
+    @app.post("/v1/embeddings", response_model=EmbeddingsResponse)
+    async def embeddings(self, request: EmbeddingsRequest) -> EmbeddingsResponse:
+        if request.model not in self.aliases:
+            raise APIError(404, "model_not_found", f"model {request.model!r} is not served here; this server serves {self.model.tag.name!r}", "model")
+        if request.dimensions not in (None, self.spec.dimensions):
+            raise APIError(400, "invalid_request", f"dimensions must be {self.spec.dimensions} for this model", "dimensions")
+        encoded, vectors = await self.run(request.input, "embed", request.truncate)
+        encode = base64_floats if request.encoding_format == "base64" else np.ndarray.tolist
+        data = [Embedding(index=i, embedding=encode(vector)) for i, vector in enumerate(vectors)]
+        return EmbeddingsResponse(data=data, model=self.model.tag.name, usage=self.usage(encoded))
+
+    @app.get("/v1/models", response_model=ModelList)
+    async def models(self) -> ModelList:
+        device = await self.encoder.to_async.device()
+        card = ModelCard(
+            id=self.model.tag.name,
+            created=int(self.model.info.creation_time.timestamp()),
+            tag=str(self.model.tag),
+            task=self.spec.task,
+            labels=list(self.spec.labels),
+            max_length=self.spec.max_length,
+            dimensions=self.spec.dimensions,
+            source=self.spec.source,
+            **device,
+        )
+        return ModelList(data=[card])
+
+    @app.post("/api/v1/sentiment", response_model=SentimentResponse)
+    async def sentiment(self, request: SentimentRequest) -> SentimentResponse:
+        answer = (await self.classify(ClassifyRequest(inputs=request.text))).data[0]
+        return SentimentResponse(label=answer.label, confidence=answer.score)
+
+
+def base64_floats(vector: np.ndarray) -> str:
+    """OpenAI's base64 encoding: the little-endian float32 bytes of the vector."""
+    return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")

@@ -1,0 +1,1 @@
+"""Command-line scripts that put models into the BentoML model store."""

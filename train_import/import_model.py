@@ -1,0 +1,51 @@
+"""Import a Hugging Face text model into the BentoML model store.
+
+    python -m train_import.import_model                                   # embedded all-MiniLM-L6-v2
+    python -m train_import.import_model --model-id distilbert/distilbert-base-uncased-finetuned-sst-2-english
+    python -m train_import.import_model --path ./my-model --name my-model --task embed
+
+Prints the new tag on success; one line on stderr and exit status 1 on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from models.detection import UnsupportedModel
+from models.store import DEFAULT_NAME, default_model_dir, download, import_model
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m train_import.import_model", description=__doc__.splitlines()[0])
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--model-id", help="Hugging Face Hub id, e.g. sentence-transformers/all-MiniLM-L6-v2")
+    source.add_argument("--path", type=Path, help="local save_pretrained directory")
+    parser.add_argument("--revision", help="Hub branch, tag or commit (with --model-id)")
+    parser.add_argument("--name", default=DEFAULT_NAME, help=f"store name (default {DEFAULT_NAME})")
+    parser.add_argument("--task", choices=("auto", "classify", "embed"), default="auto")
+    args = parser.parse_args(argv)
+    if args.revision and not args.model_id:
+        parser.error("--revision needs --model-id")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.model_id:
+            model_dir, source = download(args.model_id, args.revision), args.model_id
+        else:
+            model_dir = args.path or default_model_dir()
+            source = str(args.path) if args.path else "sentence-transformers/all-MiniLM-L6-v2"
+        tag = import_model(model_dir, name=args.name, task=args.task, source=source, revision=args.revision)
+    except (UnsupportedModel, OSError, ValueError) as error:
+        print(f"import failed: {error}", file=sys.stderr)
+        return 1
+    print(tag)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
