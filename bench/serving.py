@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -38,17 +40,31 @@ def wait_ready(base_url: str, process: subprocess.Popen, timeout_s: float = 180)
     raise TimeoutError(f"{base_url} not ready after {timeout_s} s")
 
 
+def private_home(store_home: str) -> str:
+    """A BENTOML_HOME of its own that shares ``store_home``'s model store.
+
+    ``bentoml serve`` empties ``$BENTOML_HOME/prometheus_multiproc_dir`` at start-up, so a second
+    server on the same home silently blanks the first one's /metrics.
+    """
+    home = tempfile.mkdtemp(prefix="textbento-serve-home-")
+    Path(store_home, "models").mkdir(parents=True, exist_ok=True)
+    os.symlink(Path(store_home, "models").resolve(), Path(home, "models"))
+    return home
+
+
 @contextmanager
 def serve(
     target: str = "service:TextBento", *, env: dict[str, str] | None = None, log_path: Path | None = None
 ) -> Iterator[str]:
     """Yields the base URL of a ready server; the whole process group is stopped on exit."""
+    store_home = os.environ.get("BENTOML_HOME", str(Path.home() / "bentoml"))
+    home = private_home(store_home)
     port = free_port()
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
     process = subprocess.Popen(
         [BENTOML, "serve", target, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "BENTOML_HOME": home, **(env or {})},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -67,3 +83,4 @@ def serve(
                 process.wait()
         if log_path:
             log.close()
+        shutil.rmtree(home, ignore_errors=True)

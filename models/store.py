@@ -12,13 +12,14 @@ from pathlib import Path
 import bentoml
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-from .detection import UnsupportedModel, detect_spec
+from .detection import UnsupportedModel, detect_spec, detect_task
 from .spec import ModelSpec
 
 DEFAULT_NAME = "text-model"
 # Only what serving needs: config, tokenizer files, weights, sentence-transformers settings.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "2_Normalize/*"]
 LIBRARIES = ("transformers", "tokenizers", "torch", "bentoml")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 
 
 def download(model_id: str, revision: str | None = None) -> Path:
@@ -55,9 +56,12 @@ def import_model(
     if not (model_dir / "config.json").is_file():
         raise UnsupportedModel(f"{model_dir} is not a transformers model (no config.json)")
     config = AutoConfig.from_pretrained(str(model_dir))
+    detect_task(config, task)  # an unsupported architecture is the first thing to report
+    if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
+        raise UnsupportedModel(f"{model_dir} has no usable tokenizer: none of {', '.join(TOKENIZER_FILES)}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    except (OSError, ValueError, TypeError) as error:
+    except (OSError, ValueError, TypeError, ImportError) as error:
         raise UnsupportedModel(f"{model_dir} has no usable tokenizer: {error}") from None
     if not getattr(tokenizer, "is_fast", False):
         raise UnsupportedModel(f"{model_dir} has no fast (Rust) tokenizer (tokenizer.json)")

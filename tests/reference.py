@@ -1,0 +1,37 @@
+"""Direct transformers computations on the same weights: the ground truth the service must match."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+
+TEXTS = [
+    "BentoML serves models.",
+    "The quick brown fox jumps over the lazy dog, twice, then naps in the afternoon sun.",
+    "short",
+    "A much longer review: " + "the plot wanders, the acting is fine, and the ending surprises. " * 40,
+    "Émojis 🙂 and accents, déjà vu, naïve café — unicode should tokenize like transformers does.",
+]
+
+
+@torch.inference_mode()
+def sentence_embeddings(model_dir: Path, texts: list[str], max_length: int) -> np.ndarray:
+    """sentence-transformers' all-MiniLM-L6-v2 recipe: mean pooling over real tokens, then L2 norm."""
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModel.from_pretrained(str(model_dir)).eval()
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    hidden = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    return F.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1).numpy()
+
+
+@torch.inference_mode()
+def class_probabilities(model_dir: Path, texts: list[str], max_length: int = 512) -> np.ndarray:
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForSequenceClassification.from_pretrained(str(model_dir)).eval()
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    return model(**batch).logits.softmax(-1).numpy()

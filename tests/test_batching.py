@@ -1,0 +1,63 @@
+"""Batch assembly: length-sorted, token-budgeted sub-batches, padding bounded, order restored."""
+
+import numpy as np
+import pytest
+
+from models.batching import pad, plan_sub_batches
+from models.inference import run_batch
+
+
+def test_groups_cover_every_index_once_shortest_first():
+    lengths = [30, 5, 12, 5, 200, 7]
+    groups = plan_sub_batches(lengths, token_budget=64)
+    flat = [i for group in groups for i in group]
+    assert sorted(flat) == list(range(len(lengths)))
+    assert [lengths[i] for i in flat] == sorted(lengths)
+
+
+@pytest.mark.parametrize("budget", [16, 64, 256, 8192])
+def test_padded_size_stays_under_budget(budget):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 120, size=200).tolist()
+    for group in plan_sub_batches(lengths, budget):
+        padded = len(group) * max(lengths[i] for i in group)
+        assert padded <= budget or len(group) == 1
+
+
+def test_short_texts_do_not_pay_for_a_long_one():
+    lengths = [8] * 31 + [256]
+    groups = plan_sub_batches(lengths, token_budget=512)
+    long_group = next(g for g in groups if 31 in g)
+    assert long_group == [31]
+    padded = sum(len(g) * max(lengths[i] for i in g) for g in groups)
+    assert padded <= 8 * 31 + 256
+
+
+def test_pad_right_pads_with_mask():
+    ids, mask = pad([np.array([1, 2, 3]), np.array([4])], pad_id=0)
+    assert ids.tolist() == [[1, 2, 3], [4, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert ids.dtype == np.int64 and mask.dtype == np.int64
+
+
+class RecordingBackend:
+    """Returns each row's first token id and sequence length, and records the shapes it saw."""
+
+    name, device = "recording", "cpu"
+
+    def __init__(self):
+        self.shapes = []
+
+    def forward(self, input_ids, attention_mask):
+        self.shapes.append(input_ids.shape)
+        return np.stack([input_ids[:, 0], attention_mask.sum(axis=1)], axis=1).astype(np.float32)
+
+
+def test_run_batch_restores_request_order_and_bounds_padding():
+    rng = np.random.default_rng(1)
+    sequences = [np.full(int(n), i, dtype=np.int32) for i, n in enumerate(rng.integers(2, 100, size=50))]
+    backend = RecordingBackend()
+    outputs = run_batch(backend, sequences, pad_id=0, token_budget=256)
+    assert [int(row[0]) for row in outputs] == list(range(50))
+    assert [int(row[1]) for row in outputs] == [len(s) for s in sequences]
+    assert all(rows * width <= 256 or rows == 1 for rows, width in backend.shapes)

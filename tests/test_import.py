@@ -1,0 +1,97 @@
+"""The import CLI: task detection, recorded metadata, and every bad input → one stderr line, exit 1, store untouched."""
+
+import json
+import shutil
+
+import bentoml
+import pytest
+from transformers import BertConfig, DistilBertConfig, GPT2Config, T5Config
+
+from models.detection import UnsupportedModel, detect_task, read_sentence_transformers
+from models.spec import ModelSpec
+from models.store import default_model_dir
+from tests.conftest import run_import
+from train_import.import_model import main
+
+
+def test_detects_classifier_and_encoder_tasks():
+    assert detect_task(DistilBertConfig(architectures=["DistilBertForSequenceClassification"])) == "classify"
+    assert detect_task(BertConfig(architectures=["BertModel"])) == "embed"
+    assert detect_task(DistilBertConfig(architectures=["DistilBertForSequenceClassification"]), "embed") == "embed"
+
+
+@pytest.mark.parametrize("config", [GPT2Config(architectures=["GPT2LMHeadModel"]), T5Config()])
+def test_rejects_decoder_only_and_encoder_decoder(config):
+    with pytest.raises(UnsupportedModel, match="unsupported architecture"):
+        detect_task(config)
+
+
+def test_reads_sentence_transformers_settings():
+    assert read_sentence_transformers(default_model_dir()) == ("mean", True, 256)
+
+
+def test_default_import_records_the_spec(embed_tag):
+    stored = bentoml.models.get(embed_tag)
+    spec = ModelSpec.from_metadata(stored.info.metadata)
+    assert spec == ModelSpec(
+        task="embed", max_length=256, pooling="mean", normalize=True, dimensions=384, pad_id=0,
+        source="sentence-transformers/all-MiniLM-L6-v2",
+    )
+    assert set(stored.info.metadata["versions"]) == {"transformers", "tokenizers", "torch", "bentoml"}
+    assert stored.info.labels["task"] == "embed"
+    assert (stored.path_of("tokenizer.json")) and (stored.path_of("model.safetensors"))
+
+
+def test_classifier_import_records_labels(classify_tag, classifier_dir):
+    spec = ModelSpec.from_metadata(bentoml.models.get(classify_tag).info.metadata)
+    assert spec.task == "classify"
+    assert spec.labels == ("NEGATIVE", "POSITIVE")
+    assert spec.max_length == 512
+    assert spec.source == str(classifier_dir)
+
+
+def _store_size():
+    return len(bentoml.models.list())
+
+
+def _bad_dirs(tmp_path, classifier_dir):
+    not_a_model = tmp_path / "not-a-model"
+    not_a_model.mkdir()
+    (not_a_model / "notes.txt").write_text("hello")
+
+    decoder = tmp_path / "decoder"
+    decoder.mkdir()
+    (decoder / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+
+    no_tokenizer = tmp_path / "no-tokenizer"
+    no_tokenizer.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(classifier_dir / name, no_tokenizer / name)
+    return {
+        "no such directory": tmp_path / "missing",
+        "not a transformers model": not_a_model,
+        "unsupported architecture": decoder,
+        "no usable tokenizer": no_tokenizer,
+    }
+
+
+def test_bad_inputs_fail_cleanly(tmp_path, classifier_dir, capsys, embed_tag):
+    before = _store_size()
+    for expected, path in _bad_dirs(tmp_path, classifier_dir).items():
+        assert main(["--path", str(path), "--name", "bad"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert expected in err, err
+        assert "\n" not in err and "Traceback" not in err
+    assert _store_size() == before
+
+
+def test_classify_task_on_an_encoder_is_refused(capsys):
+    assert main(["--task", "classify", "--name", "bad"]) == 1
+    assert "ForSequenceClassification" in capsys.readouterr().err
+
+
+def test_cli_subprocess_reports_failure_on_stderr(tmp_path):
+    result = run_import("--path", str(tmp_path / "nope"))
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"import failed: no such directory: {tmp_path / 'nope'}"
+    assert result.stdout == ""

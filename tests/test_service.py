@@ -1,0 +1,141 @@
+"""The real `bentoml serve` (all processes) over real HTTP: endpoints, errors, batching, load."""
+
+import asyncio
+import base64
+import re
+
+import numpy as np
+import pytest
+import requests
+
+from bench.load import closed_loop
+
+
+def post(url, path, body):
+    return requests.post(url + path, json=body, timeout=60)
+
+
+def test_ready_live_metrics_and_docs(embed_url):
+    assert requests.get(f"{embed_url}/readyz", timeout=5).status_code == 200
+    assert requests.get(f"{embed_url}/livez", timeout=5).status_code == 200
+    assert requests.get(f"{embed_url}/metrics", timeout=5).status_code == 200
+    spec = requests.get(f"{embed_url}/docs.json", timeout=5).json()
+    assert {"/v1/classify", "/v1/embeddings", "/v1/models", "/api/v1/sentiment"} <= set(spec["paths"])
+
+
+def test_models_describes_the_served_model(embed_url, embed_tag):
+    (card,) = requests.get(f"{embed_url}/v1/models", timeout=5).json()["data"]
+    assert card["id"] == "minilm" and card["tag"] == embed_tag and card["object"] == "model"
+    assert (card["task"], card["dimensions"], card["max_length"]) == ("embed", 384, 256)
+    assert (card["backend"], card["device"]) == ("torch", "cpu")
+
+
+def test_embeddings_one_and_many_with_usage(embed_url):
+    one = post(embed_url, "/v1/embeddings", {"input": "hello world"}).json()
+    many = post(embed_url, "/v1/embeddings", {"input": ["hello world", "a second, longer text to embed"]}).json()
+    assert one["object"] == "list" and one["model"] == "minilm"
+    assert [item["index"] for item in many["data"]] == [0, 1]
+    assert len(one["data"][0]["embedding"]) == 384
+    assert np.allclose(one["data"][0]["embedding"], many["data"][0]["embedding"], atol=1e-5)
+    assert one["usage"] == {"prompt_tokens": 4, "total_tokens": 4}  # [CLS] hello world [SEP]
+
+
+def test_base64_encoding_is_float32_little_endian(embed_url):
+    floats = post(embed_url, "/v1/embeddings", {"input": "x"}).json()["data"][0]["embedding"]
+    encoded = post(embed_url, "/v1/embeddings", {"input": "x", "encoding_format": "base64"}).json()["data"][0]["embedding"]
+    assert np.allclose(np.frombuffer(base64.b64decode(encoded), dtype="<f4"), floats)
+
+
+def test_more_inputs_than_one_runner_batch(embed_url):
+    texts = [f"text number {i}" for i in range(150)]  # > max_batch_size: split across batches
+    data = post(embed_url, "/v1/embeddings", {"input": texts}).json()["data"]
+    assert [item["index"] for item in data] == list(range(150))
+    alone = post(embed_url, "/v1/embeddings", {"input": texts[149]}).json()["data"][0]
+    assert np.allclose(alone["embedding"], data[149]["embedding"], atol=1e-5)
+
+
+def test_truncation_is_reported_or_refused(embed_url, classify_url):
+    long_text = "word " * 600
+    ok = post(classify_url, "/v1/classify", {"inputs": ["short", long_text]}).json()
+    assert [item["truncated"] for item in ok["data"]] == [False, True]
+    refused = post(embed_url, "/v1/embeddings", {"input": ["short", long_text], "truncate": False})
+    assert refused.status_code == 413
+    assert "input 1" in refused.json()["error"]["message"]
+
+
+def test_classify_labels_and_top_k(classify_url):
+    body = post(classify_url, "/v1/classify", {"inputs": "a film", "top_k": 5}).json()
+    (item,) = body["data"]
+    assert item["label"] in {"NEGATIVE", "POSITIVE"}
+    assert [s["label"] for s in item["scores"]][0] == item["label"]
+    assert len(item["scores"]) == 2 and np.isclose(sum(s["score"] for s in item["scores"]), 1.0)
+    assert post(classify_url, "/v1/classify", {"inputs": "a film"}).json()["data"][0]["scores"] is None
+
+
+def test_sentiment_alias_matches_classify(classify_url):
+    alias = post(classify_url, "/api/v1/sentiment", {"text": "what a great movie"}).json()
+    full = post(classify_url, "/v1/classify", {"inputs": "what a great movie"}).json()["data"][0]
+    assert alias == {"label": full["label"], "confidence": pytest.approx(full["score"])}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/embeddings", {"input": 42}, "input"),
+        ("/v1/embeddings", {"input": [1, 2]}, "input.0"),
+        ("/v1/embeddings", {"input": ""}, "input.0"),
+        ("/v1/embeddings", {"input": []}, "input"),
+        ("/v1/embeddings", {"input": ["ok", None]}, "input.1"),
+        ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}, "encoding_format"),
+        ("/v1/embeddings", {"inputs": "typo"}, "input"),
+        ("/v1/classify", {"inputs": "x", "top_k": "many"}, "top_k"),
+        ("/api/v1/sentiment", {"text": 3}, "text"),
+    ],
+)
+def test_bad_input_gets_422_naming_the_field(embed_url, path, body, param):
+    response = post(embed_url, path, body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request"
+    assert error["message"].startswith(param + ":")
+
+
+def test_invalid_json_gets_422(embed_url):
+    response = requests.post(f"{embed_url}/v1/embeddings", data=b"{not json", headers={"content-type": "application/json"}, timeout=5)
+    assert response.status_code == 422 and response.json()["error"]["type"] == "invalid_json"
+
+
+def test_wrong_task_gets_400_naming_the_served_task(embed_url, classify_url):
+    response = post(embed_url, "/v1/classify", {"inputs": "x"})
+    assert response.status_code == 400
+    assert "'embed'" in response.json()["error"]["message"]
+    response = post(classify_url, "/v1/embeddings", {"input": "x"})
+    assert response.status_code == 400
+    assert "'classify'" in response.json()["error"]["message"]
+
+
+def test_unknown_model_name_gets_404(embed_url):
+    response = post(embed_url, "/v1/embeddings", {"input": "x", "model": "text-embedding-3-small"})
+    assert response.status_code == 404 and response.json()["error"]["param"] == "model"
+
+
+def _batch_histogram(url):
+    text = requests.get(f"{url}/metrics", timeout=5).text
+    total = sum(float(v) for v in re.findall(r'adaptive_batch_size_sum\{[^}]*method_name="encode"[^}]*\} (\S+)', text))
+    count = sum(float(v) for v in re.findall(r'adaptive_batch_size_count\{[^}]*method_name="encode"[^}]*\} (\S+)', text))
+    return total, count
+
+
+def test_concurrent_load_is_batched_without_errors(embed_url):
+    words = "the quick brown fox jumps over a lazy dog while models serve text".split()
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, size=rng.integers(5, 30))) for _ in range(64)]
+    before = _batch_histogram(embed_url)
+    result = asyncio.run(
+        closed_loop(f"{embed_url}/v1/embeddings", lambda i: {"input": texts[i % 64]}, concurrency=64, requests=2000, deadline_s=240)
+    )
+    after = _batch_histogram(embed_url)
+    assert result.requests == 2000 and result.errors == 0, (result.statuses, result.sample_errors)
+    texts_batched, batches = after[0] - before[0], after[1] - before[1]
+    assert texts_batched == 2000
+    assert texts_batched / batches > 1.5, f"mean batch size {texts_batched / batches:.2f}"
