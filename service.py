@@ -110,7 +110,7 @@ class TextBento:
             raise APIError(
                 400, "wrong_task", f"the served model {self.model.tag.name!r} does its task {self.spec.task!r}, not {task!r}"
             )
-        encoded = await asyncio.to_thread(self.tokenizer.encode, texts)
+        encoded = await self.tokenize(texts)
         if not truncate and (cut := next((i for i, e in enumerate(encoded) if e.truncated), None)) is not None:
             raise APIError(
                 413, "input_too_long", f"input {cut} is longer than {self.spec.max_length} tokens and truncate is false", "inputs"
@@ -120,6 +120,9 @@ class TextBento:
             *(self.encoder.to_async.encode([e.ids for e in encoded[i : i + size]]) for i in range(0, len(encoded), size))
         )
         return encoded, [row for chunk in chunks for row in chunk]
+
+    async def tokenize(self, texts: list[str]) -> list[Encoded]:
+        return await asyncio.to_thread(self.tokenizer.encode, texts)
 
     def usage(self, encoded: list[Encoded]) -> Usage:
         tokens = sum(e.tokens for e in encoded)

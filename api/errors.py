@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import aiohttp
 from bentoml.exceptions import BentoMLException
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -76,6 +77,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_dependency(_: Request, exc: BentoMLException) -> JSONResponse:
         return error_response(_from_dependency(exc))
 
+    async def on_runner_unreachable(_: Request, exc: aiohttp.ClientError) -> JSONResponse:
+        logger.error("model runner unreachable: %r", exc)
+        return error_response(APIError(503, "runner_unavailable", "the model runner is unavailable; retry shortly", retry_after=1))
+
     async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error", exc_info=exc)
         return error_response(APIError(500, "internal_error", "internal error; see the server log"))
@@ -84,4 +89,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HTTPException, on_http)
     app.add_exception_handler(BentoMLException, on_dependency)
+    app.add_exception_handler(aiohttp.ClientError, on_runner_unreachable)
     app.add_exception_handler(Exception, on_unexpected)

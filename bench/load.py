@@ -91,3 +91,22 @@ async def closed_loop(
         await asyncio.gather(*(client(session) for _ in range(concurrency)))
     result.elapsed_s = time.perf_counter() - started
     return result
+
+
+def batch_histogram(base_url: str) -> tuple[float, float]:
+    """(calls, batches) the Encoder's adaptive batcher has dispatched so far, from /metrics.
+
+    A call is one request's texts (or one ``max_batch_size`` chunk of them), so calls per batch
+    equals texts per batch for one-text requests.
+    """
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+
+    def total(suffix: str) -> float:
+        pattern = rf'adaptive_batch_size_{suffix}\{{[^}}]*method_name="encode"[^}}]*\}} (\S+)'
+        return sum(float(value) for value in re.findall(pattern, text))
+
+    return total("sum"), total("count")
