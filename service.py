@@ -82,7 +82,8 @@ class Encoder:
         return {"backend": self.backend.name, "device": self.backend.device}
 
 
-app = FastAPI(title="textbento", summary="Text classification and sentence embeddings")
+# BentoML serves the docs (its /docs merges these routes); FastAPI's own would shadow them.
+app = FastAPI(title="textbento", docs_url=None, redoc_url=None, openapi_url=None)
 install_error_handlers(app)
 
 

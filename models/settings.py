@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,7 +20,8 @@ class Settings(BaseSettings):
 
     model: str = Field("text-model:latest", description="BentoML store tag of the served model")
     backend: Literal["torch"] = Field("torch", description="inference backend of the runner")
-    workers: int = Field(default_factory=_cpu_count, ge=1, description="API/tokenizer worker processes")
+    # "cpu_count" is resolved by BentoML where the service runs, not where the bento was built.
+    workers: Annotated[int, Field(ge=1)] | Literal["cpu_count"] = Field("cpu_count", description="API/tokenizer worker processes")
     runner_threads: int = Field(default_factory=_cpu_count, ge=1, description="intra-op CPU threads of the runner")
     max_batch_size: int = Field(64, ge=2, description="most texts in one adaptive batch")
     max_latency_ms: int = Field(20_000, ge=1, description="adaptive batcher sheds (503) past this predicted latency")

@@ -18,6 +18,7 @@ def test_ready_live_metrics_and_docs(embed_url):
     assert requests.get(f"{embed_url}/readyz", timeout=5).status_code == 200
     assert requests.get(f"{embed_url}/livez", timeout=5).status_code == 200
     assert requests.get(f"{embed_url}/metrics", timeout=5).status_code == 200
+    assert "text/html" in requests.get(f"{embed_url}/", timeout=5).headers["content-type"]
     spec = requests.get(f"{embed_url}/docs.json", timeout=5).json()
     assert {"/v1/classify", "/v1/embeddings", "/v1/models", "/api/v1/sentiment"} <= set(spec["paths"])
 
