@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 
 import bentoml
 import numpy as np
 from fastapi import FastAPI
 
 from api.errors import APIError, install_error_handlers
+from api.limits import check_sizes, refuse_truncated
+from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, JsonBodyOnly
 from api.types import (
     Classification,
     ClassifyRequest,
@@ -42,6 +45,7 @@ from models.tokenization import Encoded, TextTokenizer
 
 dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
 MODEL = bentoml.models.BentoModel(settings.model)
+logger = logging.getLogger("textbento")
 # A log line per request costs measurable throughput; errors are still logged.
 NO_ACCESS_LOG = {"access": {"enabled": False}}
 # BentoML 1.4.40 recycles the client session to a service every 100 requests / 300 s and kills
@@ -85,12 +89,16 @@ class Encoder:
 # BentoML serves the docs (its /docs merges these routes); FastAPI's own would shadow them.
 app = FastAPI(title="textbento", docs_url=None, redoc_url=None, openapi_url=None)
 install_error_handlers(app)
+app.add_middleware(AdmissionLimit, limit=settings.max_concurrency)
+app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+app.add_middleware(JsonBodyOnly)
 
 
 @bentoml.service(
     name="textbento",
     workers=settings.workers,
-    traffic={"timeout": settings.timeout_s},
+    # BentoML's own 504 is only a backstop: run() answers first, in the API's error shape.
+    traffic={"timeout": settings.timeout_s + 5},
     logging=NO_ACCESS_LOG,
 )
 @bentoml.asgi_app(app)
@@ -101,25 +109,28 @@ class TextBento:
     model = MODEL
 
     def __init__(self) -> None:
+        if not settings.keys():
+            logger.warning("no API key configured (TEXTBENTO_API_KEYS): the API is open to anyone who can reach it")
         self.spec = load_spec(self.model)
         self.tokenizer = TextTokenizer(self.model.path, self.spec.max_length)
         self.aliases = {None, self.model.tag.name, str(self.model.tag), self.spec.source}
 
-    async def run(self, texts: list[str], task: str, truncate: bool) -> tuple[list[Encoded], list[np.ndarray]]:
-        """Tokenize off the event loop, then encode in runner-sized chunks, concurrently."""
+    async def run(self, texts: list[str], task: str, truncate: bool, param: str) -> tuple[list[Encoded], list[np.ndarray]]:
+        """Check, tokenize off the event loop, then encode in runner-sized chunks, concurrently."""
         if task != self.spec.task:
-            raise APIError(
-                400, "wrong_task", f"the served model {self.model.tag.name!r} does its task {self.spec.task!r}, not {task!r}"
-            )
-        encoded = await self.tokenize(texts)
-        if not truncate and (cut := next((i for i, e in enumerate(encoded) if e.truncated), None)) is not None:
-            raise APIError(
-                413, "input_too_long", f"input {cut} is longer than {self.spec.max_length} tokens and truncate is false", "inputs"
-            )
-        size = settings.max_batch_size
-        chunks = await asyncio.gather(
-            *(self.encoder.to_async.encode([e.ids for e in encoded[i : i + size]]) for i in range(0, len(encoded), size))
-        )
+            raise APIError(400, "wrong_task", f"the served model {self.model.tag.name!r} does {self.spec.task!r}, not {task!r}")
+        check_sizes(texts, param, settings.max_inputs, settings.max_chars)
+        try:
+            async with asyncio.timeout(settings.timeout_s):
+                encoded = await self.tokenize(texts)
+                if not truncate:
+                    refuse_truncated(encoded, param, self.spec.max_length)
+                size = settings.max_batch_size
+                chunks = await asyncio.gather(
+                    *(self.encoder.to_async.encode([e.ids for e in encoded[i : i + size]]) for i in range(0, len(encoded), size))
+                )
+        except TimeoutError:
+            raise APIError(504, "timeout", f"not answered within {settings.timeout_s} s", retry_after=1) from None
         return encoded, [row for chunk in chunks for row in chunk]
 
     async def tokenize(self, texts: list[str]) -> list[Encoded]:
@@ -131,7 +142,7 @@ class TextBento:
 
     @app.post("/v1/classify", response_model=ClassifyResponse)
     async def classify(self, request: ClassifyRequest) -> ClassifyResponse:
-        encoded, logits = await self.run(request.inputs, "classify", request.truncate)
+        encoded, logits = await self.run(request.inputs, "classify", request.truncate, "inputs")
         data = []
         for index, (row, e) in enumerate(zip(logits, encoded)):
             ranked = ranked_labels(softmax(row), self.spec.labels, request.top_k or 1)
@@ -145,7 +156,7 @@ class TextBento:
             raise APIError(404, "model_not_found", f"model {request.model!r} is not served here; this server serves {self.model.tag.name!r}", "model")
         if request.dimensions not in (None, self.spec.dimensions):
             raise APIError(400, "invalid_request", f"dimensions must be {self.spec.dimensions} for this model", "dimensions")
-        encoded, vectors = await self.run(request.input, "embed", request.truncate)
+        encoded, vectors = await self.run(request.input, "embed", request.truncate, "input")
         encode = base64_floats if request.encoding_format == "base64" else np.ndarray.tolist
         data = [Embedding(index=i, embedding=encode(vector)) for i, vector in enumerate(vectors)]
         return EmbeddingsResponse(data=data, model=self.model.tag.name, usage=self.usage(encoded))
@@ -170,6 +181,11 @@ class TextBento:
     async def sentiment(self, request: SentimentRequest) -> SentimentResponse:
         answer = (await self.classify(ClassifyRequest(inputs=request.text))).data[0]
         return SentimentResponse(label=answer.label, confidence=answer.score)
+
+
+if keys := settings.keys():
+    protected = ("/v1/", "/api/") if settings.metrics_public else ("/v1/", "/api/", "/metrics")
+    TextBento.add_asgi_middleware(BearerAuth, keys=keys, protected=protected)
 
 
 def base64_floats(vector: np.ndarray) -> str:

@@ -53,11 +53,12 @@ def _validation_error(exc: RequestValidationError) -> APIError:
 
 
 def _from_dependency(exc: BentoMLException) -> APIError:
+    """The Encoder's errors, by status; its messages are internal and never reach the client."""
     status = int(exc.error_code)
-    if status == 503:
+    if status in (429, 503):
         return APIError(503, "overloaded", "the model runner is overloaded; retry shortly", retry_after=1)
-    if status < 500:
-        return APIError(status, "invalid_request", str(exc))
+    if status == 504:
+        return APIError(504, "timeout", "the model runner did not answer in time")
     logger.error("model runner failed: %s", exc)
     return APIError(502, "runner_error", "the model runner failed to answer this request")
 
@@ -72,6 +73,11 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(_validation_error(exc))
 
     async def on_http(_: Request, exc: HTTPException) -> JSONResponse:
+        # FastAPI wraps whatever broke while reading the body in a 400: unwrap it.
+        if isinstance(exc.__cause__, APIError):
+            return error_response(exc.__cause__)
+        if isinstance(exc.__cause__, UnicodeDecodeError):
+            return error_response(APIError(422, "invalid_json", "request body is not valid UTF-8 JSON"))
         return error_response(APIError(exc.status_code, "http_error", str(exc.detail)))
 
     async def on_dependency(_: Request, exc: BentoMLException) -> JSONResponse:

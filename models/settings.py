@@ -26,7 +26,21 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(64, ge=2, description="most texts in one adaptive batch")
     max_latency_ms: int = Field(20_000, ge=1, description="adaptive batcher sheds (503) past this predicted latency")
     token_budget: int = Field(8192, ge=1, description="most padded tokens in one forward pass")
-    timeout_s: int = Field(60, ge=1, description="request timeout of each service")
+    timeout_s: int = Field(60, ge=1, description="a request not answered by then gets 504")
+    max_inputs: int = Field(256, ge=1, description="most texts in one request (more → 413)")
+    max_chars: int = Field(20_000, ge=1, description="longest text in characters (longer → 413)")
+    max_body_bytes: int = Field(8 * 2**20, ge=1024, description="largest request body (larger → 413)")
+    max_concurrency: int = Field(512, ge=1, description="requests in flight per API worker (more → 429)")
+    api_keys: str = Field("", description="comma-separated bearer keys; empty → no authentication")
+    api_keys_file: str = Field("", description="file with one bearer key per line, added to api_keys")
+    metrics_public: bool = Field(True, description="whether /metrics stays open when keys are set")
+
+    def keys(self) -> list[str]:
+        """Every configured API key (the variable's and the file's), blanks dropped."""
+        from pathlib import Path
+
+        lines = Path(self.api_keys_file).read_text().splitlines() if self.api_keys_file else []
+        return [key.strip() for key in [*self.api_keys.split(","), *lines] if key.strip()]
 
 
 settings = Settings()

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ["BENTOML_HOME"] = tempfile.mkdtemp(prefix="textbento-test-home-")
@@ -71,15 +72,31 @@ def classify_tag(classifier_dir: Path) -> str:
     return result.stdout.strip()
 
 
-@pytest.fixture(scope="session")
-def embed_url(embed_tag: str, tmp_path_factory):
-    log = tmp_path_factory.mktemp("logs") / "embed-serve.log"
-    with serve(env={"TEXTBENTO_MODEL": embed_tag}, log_path=log) as url:
-        yield url
+@contextmanager
+def served(tag: str, logs: Path, name: str, **env: str):
+    """A real `bentoml serve` of ``tag``; yields (base URL, log file)."""
+    log = logs / f"{name}.log"
+    with serve(env={"TEXTBENTO_MODEL": tag, **env}, log_path=log) as url:
+        yield url, log
 
 
 @pytest.fixture(scope="session")
-def classify_url(classify_tag: str, tmp_path_factory):
-    log = tmp_path_factory.mktemp("logs") / "classify-serve.log"
-    with serve(env={"TEXTBENTO_MODEL": classify_tag}, log_path=log) as url:
+def logs(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def embed_server(embed_tag: str, logs: Path):
+    with served(embed_tag, logs, "embed") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def embed_url(embed_server) -> str:
+    return embed_server[0]
+
+
+@pytest.fixture(scope="session")
+def classify_url(classify_tag: str, logs: Path):
+    with served(classify_tag, logs, "classify") as (url, _):
         yield url

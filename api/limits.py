@@ -1,0 +1,29 @@
+"""Request limits that answer 413 (too large), checked before any tokenization or inference."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from models.tokenization import Encoded
+
+from .errors import APIError
+
+
+def check_sizes(texts: Sequence[str], param: str, max_inputs: int, max_chars: int) -> None:
+    """413 for more than ``max_inputs`` texts, or for a text over ``max_chars`` characters."""
+    if len(texts) > max_inputs:
+        raise APIError(413, "too_many_inputs", f"{len(texts)} inputs in one request; the limit is {max_inputs}", param)
+    longest = max(range(len(texts)), key=lambda index: len(texts[index]))
+    if len(texts[longest]) > max_chars:
+        raise APIError(
+            413, "input_too_long", f"input {longest} has {len(texts[longest])} characters; the limit is {max_chars}", f"{param}.{longest}"
+        )
+
+
+def refuse_truncated(encoded: Sequence[Encoded], param: str, max_length: int) -> None:
+    """413 naming the first text that did not fit in ``max_length`` tokens (when truncate is false)."""
+    cut = next((index for index, e in enumerate(encoded) if e.truncated), None)
+    if cut is not None:
+        raise APIError(
+            413, "input_too_long", f"input {cut} is longer than {max_length} tokens and truncate is false", f"{param}.{cut}"
+        )
