@@ -25,6 +25,8 @@ class LoadResult:
     latencies_s: list[float] = field(default_factory=list)
     statuses: Counter = field(default_factory=Counter)
     texts: int = 0
+    # 429/503/504 answers must say when to come back.
+    without_retry_after: int = 0
     sample_errors: list[str] = field(default_factory=list)
 
     @property
@@ -77,6 +79,8 @@ async def closed_loop(
                 async with session.post(url, json=make_body(index)) as response:
                     body = await response.read()
                     status = response.status
+                    if status in (429, 503, 504) and "Retry-After" not in response.headers:
+                        result.without_retry_after += 1
             except (aiohttp.ClientError, asyncio.TimeoutError) as error:
                 status, body = type(error).__name__, b""
             result.latencies_s.append(time.perf_counter() - started)

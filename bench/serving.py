@@ -13,10 +13,17 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 BENTOML = str(Path(sys.executable).with_name("bentoml"))
+
+
+class Server(NamedTuple):
+    """A running ``bentoml serve``: its base URL and its process (the leader of its process group)."""
+
+    url: str
+    process: subprocess.Popen
 
 
 def free_port() -> int:
@@ -55,8 +62,8 @@ def private_home(store_home: str) -> str:
 @contextmanager
 def serve(
     target: str = "service:TextBento", *, env: dict[str, str] | None = None, log_path: Path | None = None
-) -> Iterator[str]:
-    """Yields the base URL of a ready server; the whole process group is stopped on exit."""
+) -> Iterator[Server]:
+    """Yields a ready server; the whole process group is stopped on exit."""
     store_home = os.environ.get("BENTOML_HOME", str(Path.home() / "bentoml"))
     home = private_home(store_home)
     port = free_port()
@@ -72,7 +79,7 @@ def serve(
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(base_url, process)
-        yield base_url
+        yield Server(base_url, process)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)

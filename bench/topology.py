@@ -50,8 +50,8 @@ async def measure(url: str) -> list[dict]:
 def main() -> None:
     report = {}
     for name, target in TOPOLOGIES.items():
-        with serve(target) as url:
-            report[name] = asyncio.run(measure(url))
+        with serve(target) as server:
+            report[name] = asyncio.run(measure(server.url))
         for row in report[name]:
             print(name, json.dumps(row))
     RESULTS.mkdir(exist_ok=True)

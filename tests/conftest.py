@@ -10,8 +10,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 os.environ["BENTOML_HOME"] = tempfile.mkdtemp(prefix="textbento-test-home-")
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -53,6 +55,21 @@ def build_classifier(directory: Path) -> Path:
     return directory
 
 
+def eventually_ok(url: str, within_s: float) -> bool:
+    """Whether a small embeddings request succeeds within ``within_s`` seconds of retrying."""
+    import requests
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if requests.post(f"{url}/v1/embeddings", json={"input": "quick"}, timeout=30).status_code == 200:
+                return True
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
 @pytest.fixture(scope="session")
 def embed_tag() -> str:
     result = run_import("--name", "minilm")
@@ -72,12 +89,18 @@ def classify_tag(classifier_dir: Path) -> str:
     return result.stdout.strip()
 
 
+class Served(NamedTuple):
+    url: str
+    log: Path
+    process: subprocess.Popen
+
+
 @contextmanager
 def served(tag: str, logs: Path, name: str, **env: str):
-    """A real `bentoml serve` of ``tag``; yields (base URL, log file)."""
+    """A real `bentoml serve` of ``tag`` with its log file."""
     log = logs / f"{name}.log"
-    with serve(env={"TEXTBENTO_MODEL": tag, **env}, log_path=log) as url:
-        yield url, log
+    with serve(env={"TEXTBENTO_MODEL": tag, **env}, log_path=log) as server:
+        yield Served(server.url, log, server.process)
 
 
 @pytest.fixture(scope="session")
@@ -93,10 +116,10 @@ def embed_server(embed_tag: str, logs: Path):
 
 @pytest.fixture(scope="session")
 def embed_url(embed_server) -> str:
-    return embed_server[0]
+    return embed_server.url
 
 
 @pytest.fixture(scope="session")
 def classify_url(classify_tag: str, logs: Path):
-    with served(classify_tag, logs, "classify") as (url, _):
-        yield url
+    with served(classify_tag, logs, "classify") as server:
+        yield server.url

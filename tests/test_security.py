@@ -14,8 +14,8 @@ def auth_url(embed_tag, logs, tmp_path_factory):
     key_file = tmp_path_factory.mktemp("keys") / "keys.txt"
     key_file.write_text(f"{KEYS[1]}\n\n")
     env = {"TEXTBENTO_API_KEYS": KEYS[0], "TEXTBENTO_API_KEYS_FILE": str(key_file), "TEXTBENTO_METRICS_PUBLIC": "false"}
-    with served(embed_tag, logs, "auth", **env) as (url, _):
-        yield url
+    with served(embed_tag, logs, "auth", **env) as server:
+        yield server.url
 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer wrong", "Bearer first-ke", "Basic first-key", "first-key"])
@@ -48,6 +48,5 @@ def test_openai_client_sends_its_key(auth_url):
 
 
 def test_open_server_warns_at_start_up(embed_server):
-    url, log = embed_server
-    assert "no API key configured" in log.read_text()
-    assert requests.get(f"{url}/metrics", timeout=5).status_code == 200
+    assert "no API key configured" in embed_server.log.read_text()
+    assert requests.get(f"{embed_server.url}/metrics", timeout=5).status_code == 200
