@@ -18,7 +18,7 @@ import bentoml
 import numpy as np
 from fastapi import FastAPI
 
-from api.errors import APIError, install_error_handlers
+from api.errors import ERROR_RESPONSES, APIError, install_error_handlers
 from api.limits import check_sizes, refuse_truncated
 from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, JsonBodyOnly
 from api.types import (
@@ -40,7 +40,7 @@ from models.dispatch import dispatch_when_free
 from models.inference import InferenceThread, run_batch
 from models.postprocess import ranked_labels, softmax
 from models.settings import settings
-from models.store import load_spec
+from models.spec import ModelSpec
 from models.tokenization import Encoded, TextTokenizer
 
 dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
@@ -68,7 +68,7 @@ class Encoder:
     model = MODEL
 
     def __init__(self) -> None:
-        self.spec = load_spec(self.model)
+        self.spec = ModelSpec.of(self.model)
         self.thread = InferenceThread()
         self.backend = self.thread.call(load_backend, settings.backend, self.model.path, self.spec, settings.runner_threads)
         # Warm-up before /readyz turns green: the first forward pass is the slowest.
@@ -111,7 +111,7 @@ class TextBento:
     def __init__(self) -> None:
         if not settings.keys():
             logger.warning("no API key configured (TEXTBENTO_API_KEYS): the API is open to anyone who can reach it")
-        self.spec = load_spec(self.model)
+        self.spec = ModelSpec.of(self.model)
         self.tokenizer = TextTokenizer(self.model.path, self.spec.max_length)
         self.aliases = {None, self.model.tag.name, str(self.model.tag), self.spec.source}
 
@@ -140,7 +140,7 @@ class TextBento:
         tokens = sum(e.tokens for e in encoded)
         return Usage(prompt_tokens=tokens, total_tokens=tokens)
 
-    @app.post("/v1/classify", response_model=ClassifyResponse)
+    @app.post("/v1/classify", response_model=ClassifyResponse, responses=ERROR_RESPONSES)
     async def classify(self, request: ClassifyRequest) -> ClassifyResponse:
         encoded, logits = await self.run(request.inputs, "classify", request.truncate, "inputs")
         data = []
@@ -150,7 +150,7 @@ class TextBento:
             data.append(Classification(index=index, label=ranked[0][0], score=ranked[0][1], scores=scores, truncated=e.truncated))
         return ClassifyResponse(data=data, model=self.model.tag.name, usage=self.usage(encoded))
 
-    @app.post("/v1/embeddings", response_model=EmbeddingsResponse)
+    @app.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERROR_RESPONSES)
     async def embeddings(self, request: EmbeddingsRequest) -> EmbeddingsResponse:
         if request.model not in self.aliases:
             raise APIError(404, "model_not_found", f"model {request.model!r} is not served here; this server serves {self.model.tag.name!r}", "model")
@@ -161,7 +161,7 @@ class TextBento:
         data = [Embedding(index=i, embedding=encode(vector)) for i, vector in enumerate(vectors)]
         return EmbeddingsResponse(data=data, model=self.model.tag.name, usage=self.usage(encoded))
 
-    @app.get("/v1/models", response_model=ModelList)
+    @app.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
     async def models(self) -> ModelList:
         device = await self.encoder.to_async.device()
         card = ModelCard(
@@ -177,7 +177,7 @@ class TextBento:
         )
         return ModelList(data=[card])
 
-    @app.post("/api/v1/sentiment", response_model=SentimentResponse)
+    @app.post("/api/v1/sentiment", response_model=SentimentResponse, responses=ERROR_RESPONSES)
     async def sentiment(self, request: SentimentRequest) -> SentimentResponse:
         answer = (await self.classify(ClassifyRequest(inputs=request.text))).data[0]
         return SentimentResponse(label=answer.label, confidence=answer.score)

@@ -25,6 +25,23 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+# Declared on every route, so the OpenAPI schema tells clients (and schemathesis) the real shape.
+ERROR_RESPONSES: dict[int | str, dict] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in {
+        400: "request the served model cannot do",
+        401: "missing or invalid API key",
+        404: "unknown model name",
+        413: "too many or too long inputs, or body too large",
+        415: "body is not application/json",
+        422: "invalid JSON or invalid fields",
+        429: "too many requests in flight (Retry-After)",
+        503: "runner overloaded or unavailable (Retry-After)",
+        504: "not answered within the timeout (Retry-After)",
+    }.items()
+}
+
+
 class APIError(Exception):
     """An error the client can act on; raised anywhere in a request, answered by the handlers below."""
 

@@ -49,6 +49,11 @@ class ModelSpec:
         return data
 
     @classmethod
+    def of(cls, stored: Any) -> ModelSpec:
+        """The spec recorded at import time in a stored ``bentoml.Model``'s metadata."""
+        return cls.from_metadata(stored.info.metadata)
+
+    @classmethod
     def from_metadata(cls, metadata: dict[str, Any]) -> ModelSpec:
         known = {field.name for field in dataclasses.fields(cls)}
         values = {key: value for key, value in metadata.items() if key in known}

@@ -13,7 +13,6 @@ import bentoml
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from .detection import UnsupportedModel, detect_spec, detect_task
-from .spec import ModelSpec
 
 DEFAULT_NAME = "text-model"
 # Only what serving needs: config, tokenizer files, weights, sentence-transformers settings.
@@ -84,8 +83,3 @@ def import_model(
         model.save_pretrained(stored.path)
         tokenizer.save_pretrained(stored.path)
     return stored.tag
-
-
-def load_spec(stored: bentoml.Model) -> ModelSpec:
-    """The spec recorded at import time in a stored model's metadata."""
-    return ModelSpec.from_metadata(stored.info.metadata)

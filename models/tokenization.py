@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from transformers import AutoTokenizer
+from tokenizers import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -23,14 +23,15 @@ class Encoded:
 
 
 class TextTokenizer:
-    """Encodes batches of texts without padding; padding is the batcher's job, per sub-batch."""
+    """Encodes batches of texts without padding; padding is the batcher's job, per sub-batch.
+
+    Loads ``tokenizer.json`` with the ``tokenizers`` library alone: importing transformers would
+    import torch and cost every API worker ~300 MiB for nothing. The Rust tokenizer also reports
+    truncation (``overflowing``) without a second pass.
+    """
 
     def __init__(self, model_dir: str | Path, max_length: int) -> None:
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        if not tokenizer.is_fast:
-            raise ValueError(f"{model_dir} has no fast (Rust) tokenizer")
-        # The Rust tokenizer directly: it reports truncation (``overflowing``) without a second pass.
-        self._backend = tokenizer.backend_tokenizer
+        self._backend = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
         self._backend.no_padding()
         self._backend.enable_truncation(max_length)
         self.max_length = max_length

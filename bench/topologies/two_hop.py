@@ -12,7 +12,7 @@ from __future__ import annotations
 import bentoml
 
 from models.settings import settings
-from models.store import load_spec
+from models.spec import ModelSpec
 from models.tokenization import Encoded, TextTokenizer
 from service import MODEL, NEVER_RECYCLE, NO_ACCESS_LOG, TextBento, app
 
@@ -28,7 +28,7 @@ class Tokenizer:
     model = MODEL
 
     def __init__(self) -> None:
-        self.tokenizer = TextTokenizer(self.model.path, load_spec(self.model).max_length)
+        self.tokenizer = TextTokenizer(self.model.path, ModelSpec.of(self.model).max_length)
 
     @bentoml.api
     def tokenize(self, texts: list[str]) -> list:  # (ids, truncated) pairs; pickled between services

@@ -1,0 +1,79 @@
+"""Soak: mixed traffic for a while against a real server, sampling the RSS of every process.
+
+    python -m bench.soak [--minutes 10]     # writes bench/results/soak.json; exit 1 on failure
+
+Passes when every request is answered 200 and total RSS grows less than 10% between the end of
+the warm-up (first 20% of the run) and the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from bench.load import closed_loop
+from bench.serving import serve
+from bench.topology import RESULTS, short_texts
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of the server's whole process tree."""
+    root = psutil.Process(pid)
+    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
+
+
+def mixed_body(texts: list[str]):
+    rng = random.Random(1)
+
+    def body(i: int) -> dict:
+        kind = rng.random()
+        if kind < 0.6:
+            return {"input": rng.choice(texts)}
+        if kind < 0.9:
+            return {"input": rng.sample(texts, 32), "encoding_format": "base64"}
+        return {"input": " ".join(rng.sample(texts, 40))}  # longer than max_length: truncated
+
+    return body
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=10)
+    args = parser.parse_args()
+    duration = args.minutes * 60
+    samples: list[tuple[float, float]] = []
+    with serve() as server:
+        stop = threading.Event()
+
+        def sample() -> None:
+            started = time.monotonic()
+            while not stop.wait(5):
+                samples.append((round(time.monotonic() - started, 1), round(rss_mib(server.process.pid), 1)))
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        result = asyncio.run(
+            closed_loop(f"{server.url}/v1/embeddings", mixed_body(short_texts(2048)), concurrency=32, requests=10**9, deadline_s=duration)
+        )
+        stop.set()
+        sampler.join()
+    warm = next(rss for t, rss in samples if t >= duration * 0.2)
+    growth = samples[-1][1] / warm - 1
+    report = {"minutes": args.minutes, **result.summary(), "rss_mib_after_warmup": warm, "rss_mib_end": samples[-1][1],
+              "rss_growth": round(growth, 4), "rss_samples": samples}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "soak.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "rss_samples"}))
+    return 0 if result.errors == 0 and growth < 0.10 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""schemathesis against the served OpenAPI schema: no 5xx, every response matches its declared schema."""
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
+
+
+@pytest.fixture(scope="module")
+def api_schema(embed_url):
+    return schemathesis.openapi.from_url(f"{embed_url}/docs.json").include(path_regex=r"^/(v1|api)/")
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@schema.parametrize()
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+def test_api_never_errors_and_matches_its_schema(case):
+    case.call_and_validate(checks=[not_a_server_error, response_schema_conformance, status_code_conformance])
