@@ -20,10 +20,17 @@ BENTOML = str(Path(sys.executable).with_name("bentoml"))
 
 
 class Server(NamedTuple):
-    """A running ``bentoml serve``: its base URL and its process (the leader of its process group)."""
+    """A running server: its base URL and its process (the leader of its process group)."""
 
     url: str
     process: subprocess.Popen
+
+    def rss_mib(self) -> float:
+        """Resident memory of the server's whole process tree."""
+        import psutil
+
+        root = psutil.Process(self.process.pid)
+        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
 
 
 def free_port() -> int:
@@ -61,15 +68,24 @@ def private_home(store_home: str) -> str:
 
 @contextmanager
 def serve(
-    target: str = "service:TextBento", *, env: dict[str, str] | None = None, log_path: Path | None = None
+    target: str = "service:TextBento",
+    *,
+    env: dict[str, str] | None = None,
+    log_path: Path | None = None,
+    uvicorn_factory: bool = False,
 ) -> Iterator[Server]:
-    """Yields a ready server; the whole process group is stopped on exit."""
+    """Yields a ready ``bentoml serve`` of ``target`` (or uvicorn with an app factory); stopped on exit."""
     store_home = os.environ.get("BENTOML_HOME", str(Path.home() / "bentoml"))
     home = private_home(store_home)
     port = free_port()
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    command = (
+        [sys.executable, "-m", "uvicorn", "--factory", target, "--no-access-log", "--log-level", "warning"]
+        if uvicorn_factory
+        else [BENTOML, "serve", target]
+    )
     process = subprocess.Popen(
-        [BENTOML, "serve", target, "--host", "127.0.0.1", "--port", str(port)],
+        [*command, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "BENTOML_HOME": home, **(env or {})},
         stdout=log,

@@ -17,17 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 from bench.load import closed_loop
 from bench.serving import serve
 from bench.topology import RESULTS, short_texts
-
-
-def rss_mib(pid: int) -> float:
-    """Resident memory of the server's whole process tree."""
-    root = psutil.Process(pid)
-    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
 
 
 def mixed_body(texts: list[str]):
@@ -56,7 +48,7 @@ def main() -> int:
         def sample() -> None:
             started = time.monotonic()
             while not stop.wait(5):
-                samples.append((round(time.monotonic() - started, 1), round(rss_mib(server.process.pid), 1)))
+                samples.append((round(time.monotonic() - started, 1), round(server.rss_mib(), 1)))
 
         sampler = threading.Thread(target=sample)
         sampler.start()

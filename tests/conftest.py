@@ -25,10 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.serving import serve  # noqa: E402
-from models.store import default_model_dir  # noqa: E402
-
-LABELS = {0: "NEGATIVE", 1: "POSITIVE"}
-
+from bench.testmodels import build_classifier  # noqa: E402
 
 def run_import(*args: str) -> subprocess.CompletedProcess:
     """The real import CLI, in a subprocess, against the test store."""
@@ -39,20 +36,6 @@ def run_import(*args: str) -> subprocess.CompletedProcess:
         text=True,
         env=os.environ.copy(),
     )
-
-
-def build_classifier(directory: Path) -> Path:
-    """A small DistilBERT SST-2-shaped classifier with random (seeded) weights and the uncased vocab."""
-    import torch
-    from transformers import DistilBertConfig, DistilBertForSequenceClassification, DistilBertTokenizerFast
-
-    torch.manual_seed(0)
-    config = DistilBertConfig(
-        dim=64, n_layers=2, n_heads=2, hidden_dim=128, id2label=LABELS, label2id={v: k for k, v in LABELS.items()}
-    )
-    DistilBertForSequenceClassification(config).save_pretrained(directory)
-    DistilBertTokenizerFast.from_pretrained(str(default_model_dir()), model_max_length=512).save_pretrained(directory)
-    return directory
 
 
 def eventually_ok(url: str, within_s: float) -> bool:
