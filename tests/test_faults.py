@@ -46,6 +46,7 @@ def fault_server(embed_tag, logs):
 def test_killed_runner_is_replaced_and_in_flight_requests_get_503(fault_server):
     (runner,) = workers(fault_server.process, "encoder")
     result = load_while(fault_server.url, lambda: runner.send_signal(signal.SIGKILL))
+    print("\nrunner killed:", result.summary())
     assert set(result.statuses) <= {200, 503}, result.sample_errors
     assert result.statuses[503] > 0 and result.without_retry_after == 0
     assert all("runner_unavailable" in error for error in result.sample_errors)
@@ -56,6 +57,7 @@ def test_killed_runner_is_replaced_and_in_flight_requests_get_503(fault_server):
 def test_killed_api_worker_is_replaced(fault_server):
     victim = workers(fault_server.process, "textbento")[0]
     result = load_while(fault_server.url, lambda: victim.send_signal(signal.SIGKILL))
+    print("\nAPI worker killed:", result.summary())
     # Requests on the killed process's own connections can only see the connection drop;
     # none may get a 5xx, and the other worker keeps answering.
     assert not {s for s in result.statuses if isinstance(s, int) and s >= 500}, result.sample_errors
@@ -119,6 +121,7 @@ def test_sigterm_answers_accepted_requests_then_exits(embed_tag, logs):
         answers, late = asyncio.run(drain(server))
         server.process.wait(timeout=60)
         elapsed = time.monotonic() - started
+    print("\nSIGTERM:", answers, late, f"exited after {elapsed:.1f} s")
     # Dispatched batches finish (200); jobs still queued in BentoML's batcher when it shuts
     # down are cancelled by it and answered 503 with Retry-After. None is dropped.
     assert all(status == 200 or (status == 503 and retry) for status, retry in answers), answers

@@ -16,6 +16,7 @@ def load(url, concurrency, requests_, deadline_s, texts=1):
 
 def test_concurrency_256_for_60_s_all_answered(embed_url):
     result = load(embed_url, concurrency=256, requests_=10**6, deadline_s=60)
+    print("\nc=256 for 60 s:", result.summary())
     assert result.requests > 256
     assert result.errors == 0, (result.statuses, result.sample_errors)
 
@@ -29,6 +30,7 @@ def tight_url(embed_tag, logs):
 
 def test_over_capacity_gets_429_or_503_with_retry_after(tight_url):
     result = load(tight_url, concurrency=64, requests_=600, deadline_s=60)
+    print("\nover capacity:", result.summary())
     assert set(result.statuses) <= {200, 429, 503}, result.sample_errors
     assert result.statuses[429] > 0 and result.statuses[503] > 0 and result.statuses[200] > 0
     assert result.without_retry_after == 0
