@@ -29,3 +29,18 @@ test: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# Load test of a service that is already running (`make serve` in another shell, or a cluster):
+# Locust headless with locustfile.py; CSV stats and an HTML report under reports/.
+# Locust reads the same LOCUST_* names from the environment; TEXTBENTO_RAMP=<peak users> ramps instead.
+LOCUST_HOST ?= http://127.0.0.1:3000
+LOCUST_USERS ?= 16
+LOCUST_SPAWN_RATE ?= 4
+LOCUST_RUN_TIME ?= 1m
+
+.PHONY: loadtest
+loadtest: venv
+	mkdir -p reports
+	$(BIN)/locust -f locustfile.py --headless --only-summary --host $(LOCUST_HOST) \
+		-u $(LOCUST_USERS) -r $(LOCUST_SPAWN_RATE) -t $(LOCUST_RUN_TIME) --stop-timeout 30 \
+		--csv reports/locust --html reports/locust.html

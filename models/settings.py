@@ -9,6 +9,13 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+def _built_in_model() -> str:
+    """The tag a bento was built for (``bentoml build --arg model=<tag>``), else the default name."""
+    import bentoml
+
+    return getattr(bentoml.use_arguments(), "model", None) or "text-model:latest"
+
+
 def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -18,13 +25,16 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TEXTBENTO_")
 
-    model: str = Field("text-model:latest", description="BentoML store tag of the served model")
-    backend: Literal["torch"] = Field("torch", description="inference backend of the runner")
+    model: str = Field(default_factory=_built_in_model, description="BentoML store tag of the served model")
+    backend: Literal["torch", "onnx", "onnx-int8"] = Field("torch", description="inference backend of the runner")
     # "cpu_count" is resolved by BentoML where the service runs, not where the bento was built.
     workers: Annotated[int, Field(ge=1)] | Literal["cpu_count"] = Field("cpu_count", description="API/tokenizer worker processes")
     runner_threads: int = Field(default_factory=_cpu_count, ge=1, description="intra-op CPU threads of the runner")
     max_batch_size: int = Field(64, ge=2, description="most texts in one adaptive batch")
-    max_latency_ms: int = Field(20_000, ge=1, description="adaptive batcher sheds (503) past this predicted latency")
+    # BentoML's batcher predicts latency per *call*, whatever its number of texts, so a mix of big
+    # and small requests inflates the prediction; shedding only what would time out anyway keeps
+    # it from refusing work that would have been answered (503s at concurrency 256 otherwise).
+    max_latency_ms: int = Field(60_000, ge=1, description="adaptive batcher sheds (503) past this predicted latency")
     token_budget: int = Field(8192, ge=1, description="most padded tokens in one forward pass")
     timeout_s: int = Field(60, ge=1, description="a request not answered by then gets 504")
     max_inputs: int = Field(256, ge=1, description="most texts in one request (more → 413)")
