@@ -6,9 +6,12 @@ One module, one job:
 - ``detection``    reads a ``save_pretrained`` directory and works out its spec (import time only)
 - ``tokenization`` text → token ids, truncated to the model's limit, reporting what was cut
 - ``batching``     token ids → length-sorted, token-budgeted, padded sub-batches
-- ``backends``     padded ids → logits or pooled embeddings (PyTorch today)
+- ``backends``     padded ids → logits or pooled embeddings (PyTorch, ONNX Runtime)
 - ``postprocess``  softmax and labels; pooling and normalisation
 - ``inference``    one collected batch through batching, a backend and back into request order
 - ``store``        Hugging Face directory or Hub id → BentoML model store, with its spec as metadata
+- ``export``       stored model → ONNX graphs in its own directory (import time only)
+- ``quantize``     fp32 ONNX graph → int8 (CPU) and fp16 (CUDA) graphs (import time only)
+- ``onnx_layout``  where those graphs live, for the exporter and the ONNX backend
 - ``settings``     serving configuration from ``TEXTBENTO_*`` environment variables
 """

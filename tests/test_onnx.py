@@ -1,0 +1,254 @@
+"""ONNX Runtime backends: the export into the store, and the accuracy gates against PyTorch.
+
+Every comparison goes through ``run_batch`` (length-sorted, padded sub-batches), so outputs are
+compared per text: pooled embeddings and logits only ever see real tokens, never padding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import random
+
+import bentoml
+import numpy as np
+import pytest
+import torch
+
+from models.backends import load_backend
+from models.batching import pad
+from models.inference import run_batch
+from models.onnx_layout import FP16, FP32, INT8, onnx_dir
+from models.postprocess import sentence_embeddings
+from models.settings import Settings
+from models.spec import ModelSpec
+from models.store import default_model_dir, import_model
+from models.tokenization import TextTokenizer
+from train_import.export_onnx import main as export_main
+
+TOPICS = {
+    "cooking": "garlic onions simmer oven bake flour butter recipe spicy soup roast basil pasta kitchen chef saffron",
+    "football": "striker goal penalty referee league midfield offside stadium coach transfer keeper tackle derby fans",
+    "finance": "stocks bonds inflation interest dividend portfolio hedge market bank loan mortgage earnings recession",
+    "weather": "rain thunderstorm forecast humidity breeze snow drought heatwave clouds hurricane frost sunshine fog",
+    "software": "compiler python bug deploy server database kernel thread latency cache container api refactor",
+    "music": "guitar melody chorus drums orchestra violin jazz album concert lyrics tempo symphony rhythm piano",
+    "medicine": "vaccine symptoms doctor surgery fever antibiotics diagnosis nurse clinic therapy dosage allergy",
+    "travel": "airport passport luggage hotel beach itinerary train museum visa ferry backpack hostel sightseeing",
+    "politics": "election parliament senator ballot campaign policy minister vote coalition debate referendum tax",
+    "animals": "elephant kitten wolf parrot dolphin squirrel owl tiger puppy salmon beetle giraffe horse",
+    "astronomy": "galaxy telescope comet orbit nebula planet asteroid eclipse gravity supernova moon rocket",
+    "gardening": "tomatoes compost seeds pruning roses soil weeds greenhouse tulips watering shovel orchard",
+}
+FRAMES = ["{}.", "Why does {} matter?", "I love {}!", "Nobody expected {} today", "Breaking: {}", "{} — thoughts?",
+          "Notes on {}: 1) {} 2) {}", "My review: {}, but honestly {}.", "¿{}? Déjà vu, {} 🙂"]
+LENGTHS = [1, 2, 3, 5, 8, 12, 20, 35, 60]  # words; the longest are ~80 tokens
+
+
+def varied_sentences(count: int = 240, seed: int = 0) -> list[str]:
+    """Deterministic texts of 1-60+ words over 12 topics, in pairs: a text, then a light edit of it.
+
+    The pairs give every text a clear nearest neighbour; without them, near-identical bags of
+    topic words tie, and nearest-neighbour agreement measures the ties rather than the model.
+    """
+    rng = random.Random(seed)
+    pools = [words.split() for words in TOPICS.values()]
+    texts = []
+    for index in range(count // 2):
+        words = pools[index % len(pools)]
+        frame = rng.choice(FRAMES)
+        holes = frame.count("{}")
+        length = max(1, rng.choice(LENGTHS) // holes)
+        text = frame.format(*(" ".join(rng.choice(words) for _ in range(length)) for _ in range(holes)))
+        if index % 9 == 0:
+            text += f" ({rng.randint(1, 2025)})"
+        texts += [text, edited(text, words, rng)]
+    return texts
+
+
+def edited(text: str, words: list[str], rng: random.Random) -> str:
+    """A word dropped, replaced or added, or the case and punctuation changed."""
+    tokens = text.split()
+    kind = rng.randrange(4)
+    if kind == 0 and len(tokens) > 1:
+        del tokens[rng.randrange(len(tokens))]
+    elif kind == 1:
+        tokens[rng.randrange(len(tokens))] = rng.choice(words)
+    elif kind == 2:
+        tokens.insert(rng.randrange(len(tokens) + 1), rng.choice(["really", "also", "maybe", "again", "still"]))
+    else:
+        return text.lower().rstrip(".!?") + "!"
+    return " ".join(tokens)
+
+
+TEXTS = varied_sentences()
+
+
+def export_onnx(tag: str) -> str:
+    """The export CLI's ``main``, in process (a subprocess would import torch again); the new tag."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert export_main([tag]) == 0
+    return printed.getvalue().strip()
+
+
+@pytest.fixture(scope="session")
+def embed_onnx_tag(embed_tag: str) -> str:
+    return export_onnx(embed_tag)
+
+
+@pytest.fixture(scope="session")
+def classify_onnx_tag(classify_tag: str) -> str:
+    return export_onnx(classify_tag)
+
+
+@pytest.fixture(scope="session")
+def topic_classifier_tag(tmp_path_factory) -> str:
+    """A classifier whose labels depend on the text: all-MiniLM-L6-v2 with a nearest-centroid head.
+
+    The conftest classifier has random weights: its logits are ~0.004 and it labels every text
+    NEGATIVE, so label agreement on it cannot fail. This one has 12 labels, one per topic, the
+    head being each topic's mean pooler output (from texts other than the ones tested).
+    """
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    directory = tmp_path_factory.mktemp("topic-classifier")
+    labels = dict(enumerate(TOPICS))
+    tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir()))
+    model = BertForSequenceClassification.from_pretrained(
+        str(default_model_dir()), id2label=labels, label2id={v: k for k, v in labels.items()}
+    ).eval()
+    training = varied_sentences(480, seed=1)
+    topic = torch.tensor([(index // 2) % len(TOPICS) for index in range(len(training))])  # texts come in pairs
+    with torch.inference_mode():
+        batch = tokenizer(training, padding=True, truncation=True, max_length=256, return_tensors="pt")
+        pooled = model.bert(**batch).pooler_output
+        centroids = torch.stack([pooled[topic == label].mean(0) for label in labels])
+        model.classifier.weight.copy_(centroids - centroids.mean(0))
+        model.classifier.bias.zero_()
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return str(import_model(directory, name="topics", onnx=True))
+
+
+def load(tag: str, backend: str):
+    """(backend, spec, token ids of TEXTS) for a stored model, loaded on this thread with 2 threads."""
+    stored = bentoml.models.get(tag)
+    spec = ModelSpec.of(stored)
+    ids = [encoded.ids for encoded in TextTokenizer(stored.path, spec.max_length).encode(TEXTS)]
+    return load_backend(backend, stored.path, spec, 2), spec, ids
+
+
+@functools.cache
+def outputs(tag: str, backend: str) -> np.ndarray:
+    """One row per text of TEXTS: embeddings or logits.
+
+    All texts in one call: ``run_batch`` sorts them by length and cuts sub-batches of at most
+    2,048 padded tokens, so little is spent on padding.
+    """
+    model, spec, ids = load(tag, backend)
+    return np.stack(run_batch(model, ids, spec.pad_id, 2048))
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def nearest_neighbours(vectors: np.ndarray) -> np.ndarray:
+    similarity = vectors @ vectors.T
+    np.fill_diagonal(similarity, -np.inf)
+    return similarity.argmax(1)
+
+
+def test_the_sentence_set_is_varied():
+    words = [len(text.split()) for text in TEXTS]
+    assert len(set(TEXTS)) >= 230 and min(words) == 1 and max(words) >= 60
+    assert len({word.lower().strip(".,!?():;") for text in TEXTS for word in text.split()}) >= 150
+
+
+def test_export_saves_a_new_version_with_the_graphs(embed_tag: str, embed_onnx_tag: str):
+    source, exported = bentoml.models.get(embed_tag), bentoml.models.get(embed_onnx_tag)
+    assert exported.tag.name == source.tag.name and exported.tag != source.tag
+    assert all((onnx_dir(exported.path) / name).is_file() for name in (FP32, INT8, FP16))
+    assert not onnx_dir(source.path).exists()  # the stored source model is never changed
+    assert exported.info.metadata["derived_from"] == embed_tag and exported.info.metadata["onnx"] is True
+    assert ModelSpec.of(exported) == ModelSpec.of(source)
+
+
+def test_import_with_onnx_saves_the_graphs(topic_classifier_tag: str):
+    stored = bentoml.models.get(topic_classifier_tag)
+    assert all((onnx_dir(stored.path) / name).is_file() for name in (FP32, INT8, FP16))
+    assert ModelSpec.of(stored).labels == tuple(TOPICS)
+
+
+def test_settings_accept_the_onnx_backends():
+    assert Settings(backend="onnx").backend == "onnx" and Settings(backend="onnx-int8").backend == "onnx-int8"
+    with pytest.raises(ValueError):
+        Settings(backend="tensorrt")
+
+
+def test_backend_names_a_missing_export(embed_tag: str):
+    with pytest.raises(FileNotFoundError, match="export_onnx"):
+        load(embed_tag, "onnx")
+
+
+def test_onnx_embeddings_match_torch(embed_onnx_tag: str):
+    assert cosines(outputs(embed_onnx_tag, "onnx"), outputs(embed_onnx_tag, "torch")).min() >= 0.9999
+
+
+def test_onnx_logits_match_torch(classify_onnx_tag: str, topic_classifier_tag: str):
+    for tag in (classify_onnx_tag, topic_classifier_tag):
+        assert np.abs(outputs(tag, "onnx") - outputs(tag, "torch")).max() <= 1e-3
+
+
+def test_int8_embeddings_stay_close_to_fp32(embed_onnx_tag: str):
+    int8, fp32 = outputs(embed_onnx_tag, "onnx-int8"), outputs(embed_onnx_tag, "onnx")
+    cosine = cosines(int8, fp32)
+    assert cosine.mean() >= 0.99 and cosine.min() >= 0.97, (cosine.mean(), cosine.min())
+    agreement = np.mean(nearest_neighbours(int8) == nearest_neighbours(fp32))
+    assert agreement >= 0.98, agreement
+
+
+@pytest.mark.parametrize("tag_fixture", ["classify_onnx_tag", "topic_classifier_tag"])
+def test_int8_labels_agree_with_torch(tag_fixture: str, request):
+    tag = request.getfixturevalue(tag_fixture)
+    agreement = np.mean(outputs(tag, "onnx-int8").argmax(1) == outputs(tag, "torch").argmax(1))
+    assert agreement >= 0.99, agreement
+
+
+def test_topic_classifier_labels_depend_on_the_text(topic_classifier_tag: str):
+    assert len(set(outputs(topic_classifier_tag, "torch").argmax(1))) == len(TOPICS)
+
+
+def test_fp16_graph_stays_close_to_fp32(embed_onnx_tag: str):
+    """The graph the CUDA path serves, run here on CPU: checks the conversion, not the CUDA provider."""
+    import onnxruntime as ort
+
+    stored = bentoml.models.get(embed_onnx_tag)
+    spec = ModelSpec.of(stored)
+    ids = [encoded.ids for encoded in TextTokenizer(stored.path, spec.max_length).encode(TEXTS[:32])]
+    input_ids, attention_mask = pad(ids, spec.pad_id)
+    feed = {"input_ids": input_ids, "attention_mask": attention_mask}
+    pooled = {}
+    for name in (FP32, FP16):
+        session = ort.InferenceSession(str(onnx_dir(stored.path) / name), providers=["CPUExecutionProvider"])
+        pooled[name] = sentence_embeddings(session.run(None, feed)[0], attention_mask, spec.pooling, spec.normalize)
+    assert cosines(pooled[FP16], pooled[FP32]).min() >= 0.999
+
+
+@pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
+@pytest.mark.parametrize("tag_fixture", ["embed_onnx_tag", "topic_classifier_tag"])
+def test_a_text_alone_equals_the_text_in_a_mixed_batch(backend: str, tag_fixture: str, request):
+    model, spec, ids = load(request.getfixturevalue(tag_fixture), backend)
+    rng = random.Random(0)
+    for probe in range(0, len(ids), 40):  # 6 probes, each inside its own batch of 32
+        others = rng.sample([i for i in range(len(ids)) if i != probe], 31)
+        position = rng.randrange(32)
+        batch = [ids[i] for i in others[:position]] + [ids[probe]] + [ids[i] for i in others[position:]]
+        alone = run_batch(model, [ids[probe]], spec.pad_id, 8192)[0]
+        together = run_batch(model, batch, spec.pad_id, 8192)[position]
+        if spec.task == "embed":
+            assert cosines(alone[None], together[None])[0] >= 0.9999
+        else:
+            assert alone.argmax() == together.argmax()

@@ -1,0 +1,35 @@
+"""Add ONNX graphs (fp32, int8, fp16) to a model already in the BentoML store.
+
+    python -m train_import.export_onnx text-model:latest
+
+Saves a new version of the model with the graphs added and prints its tag: stored models are
+never changed in place (``models.store`` says why), and ``name:latest`` now resolves to the new
+version. Importing with ``python -m train_import.import_model --onnx`` does the same in one step.
+One line on stderr and exit status 1 on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import bentoml
+
+from models.store import add_onnx
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train_import.export_onnx", description=__doc__.splitlines()[0])
+    parser.add_argument("tag", help="store tag of the model, e.g. text-model:latest")
+    args = parser.parse_args(argv)
+    try:
+        tag = add_onnx(args.tag)
+    except (bentoml.exceptions.NotFound, OSError, ValueError) as error:
+        print(f"export failed: {error}", file=sys.stderr)
+        return 1
+    print(tag)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
