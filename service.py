@@ -146,7 +146,7 @@ class TextBento:
         data = []
         for index, (row, e) in enumerate(zip(logits, encoded)):
             ranked = ranked_labels(softmax(row), self.spec.labels, request.top_k or 1)
-            scores = [LabelScore(label=l, score=s) for l, s in ranked] if request.top_k else None
+            scores = [LabelScore(label=label, score=score) for label, score in ranked] if request.top_k else None
             data.append(Classification(index=index, label=ranked[0][0], score=ranked[0][1], scores=scores, truncated=e.truncated))
         return ClassifyResponse(data=data, model=self.model.tag.name, usage=self.usage(encoded))
 

@@ -15,7 +15,6 @@ import random
 import sys
 import threading
 import time
-from pathlib import Path
 
 from bench.load import closed_loop
 from bench.serving import serve
