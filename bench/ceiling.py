@@ -30,8 +30,8 @@ BATCH_SIZES = (1, 8, 32, 64)
 BENCH_MODEL = "bench-minilm-onnx"
 
 
-def ceiling(backend_name: str, tag: str, batch_sizes: Sequence[int], seconds: float = 3.0) -> list[dict]:
-    """``{"batch_size", "sentences_per_s"}`` per batch size, ``seconds`` of batches each.
+def ceiling(backend_name: str, tag: str, batch_sizes: Sequence[int], seconds: float = 3.0) -> tuple[str, list[dict]]:
+    """The backend ``auto`` resolved to, and ``{"batch_size", "sentences_per_s"}`` per batch size, ``seconds`` each.
 
     Loads and runs the backend on the calling thread: torch's OpenMP pool belongs to the thread
     that loaded the model (docs/design.md, section 2).
@@ -54,7 +54,7 @@ def ceiling(backend_name: str, tag: str, batch_sizes: Sequence[int], seconds: fl
             encode(done, size)
             done += size
         rows.append({"batch_size": size, "sentences_per_s": round(done / elapsed, 1)})
-    return rows
+    return backend.name, rows
 
 
 def bench_tag() -> str:
@@ -65,7 +65,7 @@ def bench_tag() -> str:
         return str(bentoml.models.get(f"{BENCH_MODEL}:latest").tag)
     except bentoml.exceptions.NotFound:
         source = "sentence-transformers/all-MiniLM-L6-v2"
-        return str(import_model(default_model_dir(), name=BENCH_MODEL, source=source, onnx=True))
+        return str(import_model(default_model_dir(), name=BENCH_MODEL, source=source))
 
 
 def main(rounds: int = 3) -> None:
@@ -74,7 +74,7 @@ def main(rounds: int = 3) -> None:
     load = [os.getloadavg()[0]]
     for _ in range(rounds):
         for name in BACKENDS:
-            for row in ceiling(name, tag, BATCH_SIZES):
+            for row in ceiling(name, tag, BATCH_SIZES)[1]:
                 best[name][row["batch_size"]] = max(best[name].get(row["batch_size"], 0.0), row["sentences_per_s"])
         load.append(os.getloadavg()[0])
     results = {

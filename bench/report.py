@@ -34,7 +34,7 @@ def targets(entry: dict) -> list[tuple[str, str, bool]]:
 def markdown(report: dict) -> str:
     lines = [f"# Benchmark (backend: {report['backend']})", ""]
     for task, entry in report["models"].items():
-        lines += [f"## {task}: `{entry['tag']}`", "", "In-process ceiling (tokenization included):", ""]
+        lines += [f"## {task}: `{entry['tag']}`", "", f"In-process ceiling of `{entry['backend']}` (tokenization included):", ""]
         lines += ["| batch | sentences/s |", "|---:|---:|"] + [f"| {r['batch_size']} | {r['sentences_per_s']:.0f} |" for r in entry["ceiling"]]
         lines += ["", "| system | mix | texts/req | conc. | req/s | texts/s | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for name, system in entry["systems"].items():

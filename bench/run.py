@@ -100,7 +100,8 @@ def main() -> None:
     tags = import_models()
     report: dict = {"backend": settings.backend, "models": {}}
     for task, tag in tags.items():
-        entry = report["models"][task] = {"tag": tag, "ceiling": ceiling(settings.backend, tag, [1, 8, 32, 64]), "systems": {}}
+        backend, rows = ceiling(settings.backend, tag, [1, 8, 32, 64])
+        entry = report["models"][task] = {"tag": tag, "backend": backend, "ceiling": rows, "systems": {}}
         for name in args.systems.split(","):
             print(f"== {task} {name}", flush=True)
             entry["systems"][name] = bench_system(name, tag, task, args.quick)

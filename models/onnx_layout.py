@@ -17,3 +17,8 @@ INPUTS = ("input_ids", "attention_mask")  # int64, [batch, sequence]
 def onnx_dir(model_dir: str | Path) -> Path:
     """The directory of a stored model's ONNX graphs."""
     return Path(model_dir) / ONNX_DIR
+
+
+def has_onnx(model_dir: str | Path) -> bool:
+    """Whether the stored model carries its ONNX graphs."""
+    return (onnx_dir(model_dir) / FP32).is_file()

@@ -26,7 +26,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TEXTBENTO_")
 
     model: str = Field(default_factory=_built_in_model, description="BentoML store tag of the served model")
-    backend: Literal["torch", "onnx", "onnx-int8"] = Field("torch", description="inference backend of the runner")
+    backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
+        "auto", description="inference backend of the runner; auto: onnx fp16 on CUDA, onnx-int8 on CPU, torch without ONNX graphs"
+    )
     # "cpu_count" is resolved by BentoML where the service runs, not where the bento was built.
     workers: Annotated[int, Field(ge=1)] | Literal["cpu_count"] = Field("cpu_count", description="API/tokenizer worker processes")
     runner_threads: int = Field(default_factory=_cpu_count, ge=1, description="intra-op CPU threads of the runner")

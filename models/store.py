@@ -64,11 +64,11 @@ def import_model(
     task: str = "auto",
     source: str = "",
     revision: str | None = None,
-    onnx: bool = False,
+    onnx: bool = True,
 ) -> bentoml.Tag:
     """Saves the model in ``model_dir`` into the store; raises ``UnsupportedModel`` with the reason.
 
-    With ``onnx``, the ONNX graphs of ``models.export`` are saved with it.
+    With ``onnx`` (the default), the ONNX graphs of ``models.export`` are saved with it.
     """
     if not model_dir.is_dir():
         raise UnsupportedModel(f"no such directory: {model_dir}")

@@ -104,5 +104,7 @@ def embed_url(embed_server) -> str:
 
 @pytest.fixture(scope="session")
 def classify_url(classify_tag: str, logs: Path):
-    with served(classify_tag, logs, "classify") as server:
+    # The embeddings server runs the default backend (onnx-int8 here); this one serves torch, so
+    # both runtimes answer real HTTP and the classifier's logits can be held to transformers' own.
+    with served(classify_tag, logs, "classify", TEXTBENTO_BACKEND="torch") as server:
         yield server.url

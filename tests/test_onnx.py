@@ -94,13 +94,14 @@ def export_onnx(tag: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def embed_onnx_tag(embed_tag: str) -> str:
-    return export_onnx(embed_tag)
+def plain_embed_tag() -> str:
+    """all-MiniLM-L6-v2 stored without ONNX graphs (``import_model --no-onnx``)."""
+    return str(import_model(default_model_dir(), name="minilm-plain", onnx=False))
 
 
 @pytest.fixture(scope="session")
-def classify_onnx_tag(classify_tag: str) -> str:
-    return export_onnx(classify_tag)
+def embed_onnx_tag(plain_embed_tag: str) -> str:
+    return export_onnx(plain_embed_tag)
 
 
 @pytest.fixture(scope="session")
@@ -129,7 +130,7 @@ def topic_classifier_tag(tmp_path_factory) -> str:
         model.classifier.bias.zero_()
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    return str(import_model(directory, name="topics", onnx=True))
+    return str(import_model(directory, name="topics"))
 
 
 def load(tag: str, backend: str):
@@ -167,38 +168,44 @@ def test_the_sentence_set_is_varied():
     assert len({word.lower().strip(".,!?():;") for text in TEXTS for word in text.split()}) >= 150
 
 
-def test_export_saves_a_new_version_with_the_graphs(embed_tag: str, embed_onnx_tag: str):
-    source, exported = bentoml.models.get(embed_tag), bentoml.models.get(embed_onnx_tag)
+def test_export_saves_a_new_version_with_the_graphs(plain_embed_tag: str, embed_onnx_tag: str):
+    source, exported = bentoml.models.get(plain_embed_tag), bentoml.models.get(embed_onnx_tag)
     assert exported.tag.name == source.tag.name and exported.tag != source.tag
     assert all((onnx_dir(exported.path) / name).is_file() for name in (FP32, INT8, FP16))
     assert not onnx_dir(source.path).exists()  # the stored source model is never changed
-    assert exported.info.metadata["derived_from"] == embed_tag and exported.info.metadata["onnx"] is True
+    assert exported.info.metadata["derived_from"] == plain_embed_tag and exported.info.metadata["onnx"] is True
     assert ModelSpec.of(exported) == ModelSpec.of(source)
 
 
-def test_import_with_onnx_saves_the_graphs(topic_classifier_tag: str):
-    stored = bentoml.models.get(topic_classifier_tag)
-    assert all((onnx_dir(stored.path) / name).is_file() for name in (FP32, INT8, FP16))
-    assert ModelSpec.of(stored).labels == tuple(TOPICS)
+def test_import_saves_the_graphs_by_default(embed_tag: str, topic_classifier_tag: str):
+    for tag in (embed_tag, topic_classifier_tag):  # the CLI's default, and import_model's
+        assert all((onnx_dir(bentoml.models.get(tag).path) / name).is_file() for name in (FP32, INT8, FP16))
+    assert ModelSpec.of(bentoml.models.get(topic_classifier_tag)).labels == tuple(TOPICS)
 
 
 def test_settings_accept_the_onnx_backends():
+    assert Settings().backend == "auto"
     assert Settings(backend="onnx").backend == "onnx" and Settings(backend="onnx-int8").backend == "onnx-int8"
     with pytest.raises(ValueError):
         Settings(backend="tensorrt")
 
 
-def test_backend_names_a_missing_export(embed_tag: str):
+def test_backend_names_a_missing_export(plain_embed_tag: str):
     with pytest.raises(FileNotFoundError, match="export_onnx"):
-        load(embed_tag, "onnx")
+        load(plain_embed_tag, "onnx")
+
+
+def test_auto_picks_int8_on_cpu_and_torch_without_graphs(embed_tag: str, plain_embed_tag: str):
+    assert (load(embed_tag, "auto")[0].name, load(embed_tag, "auto")[0].device) == ("onnx-int8", "cpu")
+    assert load(plain_embed_tag, "auto")[0].name == "torch"
 
 
 def test_onnx_embeddings_match_torch(embed_onnx_tag: str):
     assert cosines(outputs(embed_onnx_tag, "onnx"), outputs(embed_onnx_tag, "torch")).min() >= 0.9999
 
 
-def test_onnx_logits_match_torch(classify_onnx_tag: str, topic_classifier_tag: str):
-    for tag in (classify_onnx_tag, topic_classifier_tag):
+def test_onnx_logits_match_torch(classify_tag: str, topic_classifier_tag: str):
+    for tag in (classify_tag, topic_classifier_tag):
         assert np.abs(outputs(tag, "onnx") - outputs(tag, "torch")).max() <= 1e-3
 
 
@@ -210,7 +217,7 @@ def test_int8_embeddings_stay_close_to_fp32(embed_onnx_tag: str):
     assert agreement >= 0.98, agreement
 
 
-@pytest.mark.parametrize("tag_fixture", ["classify_onnx_tag", "topic_classifier_tag"])
+@pytest.mark.parametrize("tag_fixture", ["classify_tag", "topic_classifier_tag"])
 def test_int8_labels_agree_with_torch(tag_fixture: str, request):
     tag = request.getfixturevalue(tag_fixture)
     agreement = np.mean(outputs(tag, "onnx-int8").argmax(1) == outputs(tag, "torch").argmax(1))

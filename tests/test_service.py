@@ -27,7 +27,7 @@ def test_models_describes_the_served_model(embed_url, embed_tag):
     (card,) = requests.get(f"{embed_url}/v1/models", timeout=5).json()["data"]
     assert card["id"] == "minilm" and card["tag"] == embed_tag and card["object"] == "model"
     assert (card["task"], card["dimensions"], card["max_length"]) == ("embed", 384, 256)
-    assert (card["backend"], card["device"]) == ("torch", "cpu")
+    assert (card["backend"], card["device"]) == ("onnx-int8", "cpu")  # the default (auto) on a CPU
 
 
 def test_embeddings_one_and_many_with_usage(embed_url):

@@ -4,7 +4,8 @@
 
 Saves a new version of the model with the graphs added and prints its tag: stored models are
 never changed in place (``models.store`` says why), and ``name:latest`` now resolves to the new
-version. Importing with ``python -m train_import.import_model --onnx`` does the same in one step.
+version. ``python -m train_import.import_model`` writes them at import time already (unless
+``--no-onnx``); this is for models stored without them.
 One line on stderr and exit status 1 on failure.
 """
 

@@ -3,7 +3,7 @@
     python -m train_import.import_model                                   # embedded all-MiniLM-L6-v2
     python -m train_import.import_model --model-id distilbert/distilbert-base-uncased-finetuned-sst-2-english
     python -m train_import.import_model --path ./my-model --name my-model --task embed
-    python -m train_import.import_model --onnx                            # also ONNX graphs (fp32, int8, fp16)
+    python -m train_import.import_model --no-onnx                         # without ONNX graphs (torch only)
 
 Prints the new tag on success; one line on stderr and exit status 1 on failure.
 """
@@ -26,7 +26,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--revision", help="Hub branch, tag or commit (with --model-id)")
     parser.add_argument("--name", default=DEFAULT_NAME, help=f"store name (default {DEFAULT_NAME})")
     parser.add_argument("--task", choices=("auto", "classify", "embed"), default="auto")
-    parser.add_argument("--onnx", action="store_true", help="also save ONNX graphs for the onnx and onnx-int8 backends")
+    parser.add_argument(
+        "--onnx",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="save ONNX graphs (fp32, int8, fp16) for the onnx backends the service picks by default (default: yes)",
+    )
     args = parser.parse_args(argv)
     if args.revision and not args.model_id:
         parser.error("--revision needs --model-id")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from ..onnx_layout import FP16, FP32, INT8, onnx_dir
+from ..onnx_layout import FP16, FP32, INT8, has_onnx, onnx_dir
 from ..postprocess import sentence_embeddings
 from ..spec import ModelSpec
 
@@ -48,26 +48,27 @@ def cuda_session(path: Path, options: ort.SessionOptions) -> ort.InferenceSessio
 class OnnxBackend:
     """A stored model's ONNX graph in an ONNX Runtime session, loaded once per runner process.
 
-    ``quantized`` selects the int8 graph, which runs on CPU even where a GPU is present (its
-    integer kernels are CPU kernels). On CPU every text runs alone, unpadded: measured on 2 cores
-    with short texts, one at a time is 15-24% faster than length-sorted padded batches of 32 (no
-    padding is computed), and it makes the int8 graph batch-invariant: its activations are
+    With ``cuda``, the fp16 graph runs on the GPU when one is usable; otherwise ``cpu_graph``
+    (``fp32`` or ``int8``) runs on the CPU. On CPU every text runs alone, unpadded: measured on 2
+    cores with short texts, one at a time is 15-24% faster than length-sorted padded batches of
+    32 (no padding is computed), and it makes the int8 graph batch-invariant: its activations are
     quantized with one scale per input tensor, which inside a batch would mix texts (cosine 0.98
     between a text alone and the same text in a batch). On CUDA the batch runs as one.
     """
 
-    def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int, *, quantized: bool = False) -> None:
+    def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int, *, cpu_graph: str = "fp32", cuda: bool = True) -> None:
         self.spec = spec
-        self.name = "onnx-int8" if quantized else "onnx"
         directory = onnx_dir(model_dir)
-        if not (directory / FP32).is_file():
+        if not has_onnx(model_dir):
             raise FileNotFoundError(
-                f"{directory} has no ONNX export; run: python -m train_import.export_onnx <tag> (or import with --onnx)"
+                f"{directory} has no ONNX export; run: python -m train_import.export_onnx <tag> (or import without --no-onnx)"
             )
         options = session_options(threads)
-        session = None if quantized else cuda_session(directory / FP16, options)
+        session = cuda_session(directory / FP16, options) if cuda else None
         self.device = "cuda" if session else "cpu"
-        self.session = session or ort.InferenceSession(str(directory / (INT8 if quantized else FP32)), options, providers=[CPU])
+        self.name = "onnx-int8" if self.device == "cpu" and cpu_graph == "int8" else "onnx"
+        graph = {"fp32": FP32, "int8": INT8}[cpu_graph]
+        self.session = session or ort.InferenceSession(str(directory / graph), options, providers=[CPU])
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         if self.device == "cuda":
