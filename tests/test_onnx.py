@@ -25,6 +25,7 @@ from models.settings import Settings
 from models.spec import ModelSpec
 from models.store import default_model_dir, import_model
 from models.tokenization import TextTokenizer
+from tests.reference import backend_outputs
 from train_import.export_onnx import main as export_main
 
 TOPICS = {
@@ -143,13 +144,8 @@ def load(tag: str, backend: str):
 
 @functools.cache
 def outputs(tag: str, backend: str) -> np.ndarray:
-    """One row per text of TEXTS: embeddings or logits.
-
-    All texts in one call: ``run_batch`` sorts them by length and cuts sub-batches of at most
-    2,048 padded tokens, so little is spent on padding.
-    """
-    model, spec, ids = load(tag, backend)
-    return np.stack(run_batch(model, ids, spec.pad_id, 2048))
+    """One row per text of TEXTS: embeddings or logits (length-sorted, padded sub-batches)."""
+    return backend_outputs(tag, backend, TEXTS)
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -6,16 +6,11 @@ computation (tests/test_onnx.py holds those gates on 240 sentences). The classif
 torch, whose answers must equal transformers' own.
 """
 
-import bentoml
 import numpy as np
 import requests
 
-from models.backends import load_backend
-from models.inference import run_batch
-from models.spec import ModelSpec
 from models.store import default_model_dir
-from models.tokenization import TextTokenizer
-from tests.reference import TEXTS, class_probabilities, sentence_embeddings
+from tests.reference import TEXTS, backend_outputs, class_probabilities, sentence_embeddings
 
 
 def served_embeddings(url: str) -> np.ndarray:
@@ -26,12 +21,7 @@ def served_embeddings(url: str) -> np.ndarray:
 
 def test_embeddings_equal_the_backend_in_process(embed_url, embed_tag):
     (card,) = requests.get(f"{embed_url}/v1/models", timeout=5).json()["data"]
-    stored = bentoml.models.get(embed_tag)
-    spec = ModelSpec.of(stored)
-    backend = load_backend(card["backend"], stored.path, spec, threads=1)
-    ids = [encoded.ids for encoded in TextTokenizer(stored.path, spec.max_length).encode(TEXTS)]
-    expected = np.stack(run_batch(backend, ids, spec.pad_id, token_budget=8192))
-    assert np.allclose(served_embeddings(embed_url), expected, atol=1e-5)
+    assert np.allclose(served_embeddings(embed_url), backend_outputs(embed_tag, card["backend"], TEXTS), atol=1e-5)
 
 
 def test_embeddings_match_transformers_within_the_int8_gates(embed_url):

@@ -129,6 +129,9 @@ def test_concurrent_load_is_batched_without_errors(embed_url):
     )
     after = batch_histogram(embed_url)
     assert result.requests == 2000 and result.errors == 0, (result.statuses, result.sample_errors)
+    # BentoML's histogram counts the Encoder's calls per batch; each call carries the texts of the
+    # requests an API worker merged while its previous calls were out (models/coalesce.py).
     calls, batches = after[0] - before[0], after[1] - before[1]
-    assert calls == 2000  # one call per one-text request
-    assert calls / batches > 1.5, f"mean batch size {calls / batches:.2f}"
+    print(f"\n2000 requests → {calls:.0f} Encoder calls → {batches:.0f} batches")
+    assert 2000 / calls >= 4, f"{2000 / calls:.1f} requests per call"
+    assert 2000 / batches >= 6, f"{2000 / batches:.1f} texts per batch"

@@ -8,6 +8,7 @@ the device at hand.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Protocol
 
@@ -44,6 +45,11 @@ def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int
         from ..onnx_layout import has_onnx
 
         if not has_onnx(model_dir):
+            if importlib.util.find_spec("torch") is None:  # the CPU image: ONNX Runtime only
+                raise FileNotFoundError(
+                    f"{model_dir} has no ONNX graphs and PyTorch is not installed; add them with: "
+                    "python -m train_import.export_onnx <tag>"
+                )
             return load_backend("torch", model_dir, spec, threads)
         from .onnx_backend import OnnxBackend
 

@@ -1,0 +1,137 @@
+"""Where the request path spends its CPU: py-spy samples every service process under load.
+
+    python -m bench.profile [--texts-per-request 1] [--concurrency 64] [--seconds 20]
+        → bench/results/profile-<texts>x-c<concurrency>.json (+ .txt, the shares as a table)
+
+Serves the default model (imported with ONNX graphs as ``bench-minilm``), drives one-text
+requests at the given concurrency, and meanwhile records every process of the server with
+``py-spy --subprocesses``; frames of threads that only wait are left out. Each process
+is named by its role (API worker, Encoder, supervisor); each sample's innermost frame of our own
+code or of a library is charged to a bucket (``BUCKETS``), so the table reads as "share of the
+busy CPU of the whole service per kind of work".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+from bench.load import closed_loop
+from bench.serving import serve
+from bench.topology import RESULTS, short_texts
+
+PY_SPY = str(Path(sys.executable).with_name("py-spy"))
+# Innermost frames of threads that wait: py-spy's idle detection misses them in --nonblocking mode.
+WAITING = re.compile(r"EpollSelector\.select|Condition\.wait|_worker \(concurrent/futures/thread\.py|Event\.wait|SimpleQueue\.get|Queue\.get")
+# The first matching pattern (over the whole stack, innermost frames first) names the work.
+BUCKETS = [
+    ("model forward (onnxruntime)", r"onnxruntime|models/backends/"),
+    ("tokenization", r"tokenizers|tokenization\.py"),
+    ("JSON response encoding", r"json|orjson|jsonable_encoder|serialize_response|render"),
+    ("request validation (pydantic)", r"pydantic|api/types\.py"),
+    ("inter-service call (client: aiohttp, pickle)", r"_bentoml_impl/client|aiohttp|pickle"),
+    ("BentoML batcher / runner server", r"marshal/dispatcher|_bentoml_impl/server|bentoml/_internal/server"),
+    ("metrics and tracing", r"prometheus|opentelemetry|metrics"),
+    ("HTTP server (uvicorn, h11, starlette, FastAPI routing)", r"uvicorn|h11|httptools|starlette|fastapi|anyio"),
+    ("asyncio event loop", r"asyncio|uvloop"),
+]
+
+
+def role(processes: list[str]) -> str:
+    """The innermost ``process <pid>:"<command line>"`` frame py-spy puts on top of each stack."""
+    command_line = processes[-1]
+    if "--service-name encoder" in command_line:
+        return "Encoder"
+    return "API worker" if "_bentoml_impl.worker.service" in command_line else "supervisor"
+
+
+def bucket(stack: str) -> str:
+    frames = stack.split(";")[::-1]  # innermost first
+    for frame in frames:
+        for name, pattern in BUCKETS:
+            if re.search(pattern, frame):
+                return name
+    return "other Python"
+
+
+def summarise(raw: str) -> dict:
+    """py-spy's raw (collapsed) stacks → samples per role and per bucket."""
+    per_role: Counter = Counter()
+    per_bucket: Counter = Counter()
+    per_role_bucket: Counter = Counter()
+    per_function: Counter = Counter()  # innermost frame: where the CPU actually was
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        if WAITING.search(frames[-1]):
+            continue
+        processes = [frame for frame in frames if frame.startswith("process ")]
+        who = role(processes)
+        what = bucket(";".join(frames[len(processes) :]))
+        per_function[f"{who}: {frames[-1]}"] += int(count)
+        per_role[who] += int(count)
+        per_bucket[what] += int(count)
+        per_role_bucket[f"{who}: {what}"] += int(count)
+    total = sum(per_bucket.values()) or 1
+    share = lambda counter: {k: round(v / total, 3) for k, v in counter.most_common()}  # noqa: E731
+    top = {k: round(v / total, 3) for k, v in per_function.most_common(25)}
+    return {
+        "samples": total,
+        "by_role": share(per_role),
+        "by_work": share(per_bucket),
+        "by_role_and_work": share(per_role_bucket),
+        "top_innermost_frames": top,
+    }
+
+
+def main() -> None:
+    from bench.ceiling import bench_tag
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--texts-per-request", type=int, default=1)
+    parser.add_argument("--seconds", type=int, default=20)
+    args = parser.parse_args()
+    texts, per_request = short_texts(2048), args.texts_per_request
+    body = lambda i: {"input": [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]}  # noqa: E731
+    raw_path = RESULTS / "profile.raw"
+    RESULTS.mkdir(exist_ok=True)
+    with serve(env={"TEXTBENTO_MODEL": bench_tag()}) as server:
+        url = server.url + "/v1/embeddings"
+        asyncio.run(closed_loop(url, body, concurrency=args.concurrency, requests=10**6, deadline_s=3, texts_per_request=per_request))
+        load: list = []
+        driver = threading.Thread(
+            target=lambda: load.append(
+                asyncio.run(closed_loop(url, body, concurrency=args.concurrency, requests=10**6, deadline_s=args.seconds + 4, texts_per_request=per_request))
+            )
+        )
+        driver.start()
+        subprocess.run(
+            [PY_SPY, "record", "--pid", str(server.process.pid), "--subprocesses", "--nonblocking", "--format", "raw",
+             "--rate", "100", "--duration", str(args.seconds), "--output", str(raw_path)],
+            check=True, capture_output=True,
+        )
+        driver.join()
+    summary = {
+        "load": {"concurrency": args.concurrency, "texts_per_request": per_request, **load[0].summary()},
+        **summarise(raw_path.read_text()),
+    }
+    raw_path.unlink()
+    name = f"profile-{per_request}x-c{args.concurrency}"
+    (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    lines = [f"{share:6.1%}  {name}" for name, share in summary["by_role_and_work"].items()]
+    (RESULTS / f"{name}.txt").write_text("\n".join(lines) + "\n")
+    print(json.dumps(summary["load"]), *lines, sep="\n")
+
+
+if __name__ == "__main__":
+    main()

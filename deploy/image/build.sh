@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The OCI image of a model: bentoml build, then bentoml containerize.
+#
+#   deploy/image/build.sh [cpu|gpu]          # MODEL=<store tag> (default text-model:latest), IMAGE=<name:tag>
+#
+# With a Docker engine, `bentoml containerize` uses it (and pulls its base image). Without one it
+# uses buildah, and where no registry is reachable (BASE_FROM_DEBIAN=1, or no Docker engine) the
+# base image is made locally from Debian packages first (deploy/image/base.sh). Prints the image
+# name, its size and how long the build took.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+flavour="${1:-cpu}"
+model="${MODEL:-text-model:latest}"
+bentoml="${BENTOML:-$root/.venv/bin/bentoml}"
+case "$flavour" in
+    cpu) bentofile="$root/bentofile.yaml" ;;
+    gpu) bentofile="$root/deploy/gpu/bentofile.yaml" ;;
+    *) echo "usage: $0 [cpu|gpu]" >&2; exit 2 ;;
+esac
+image="${IMAGE:-textbento:$flavour}"
+started=$SECONDS
+
+# The CPU image has no PyTorch: its model must carry the ONNX graphs that the onnx backends run.
+if [ "$flavour" = cpu ] && ! "$bentoml" models get "$model" -o json | grep -q '"onnx": true'; then
+    echo "$model has no ONNX graphs, which the CPU image serves with; add them with:" >&2
+    echo "  python -m train_import.export_onnx $model" >&2
+    exit 1
+fi
+
+if docker info >/dev/null 2>&1; then
+    backend=(--backend docker)
+    size() { docker image inspect --format '{{.Size}}' "$image"; }
+else
+    source "$here/env.sh"
+    "$here/base.sh"
+    # pull-never: the base is the local one; `--opt pull=never` would be split by bentoml.
+    backend=(--backend buildah --opt pull-never)
+    size() { podman image inspect --format '{{.Size}}' "$image"; }
+fi
+
+cd "$root"
+bento="$("$bentoml" build -f "$bentofile" --arg "model=$model" -o tag | tail -n 1)"
+bento="${bento#__tag__:}"
+"$bentoml" containerize "$bento" "${backend[@]}" --image-tag "$image"
+echo "image $image from bento $bento: $(( $(size) / 1000000 )) MB, built in $(( SECONDS - started )) s"

@@ -1,0 +1,87 @@
+"""Merges the texts of concurrent requests into fewer, larger calls to the runner.
+
+Every call to the Encoder has a fixed cost on both sides of the Unix socket: HTTP, pickle,
+BentoML's per-call validation, tracing and batcher bookkeeping. Profiled at one text per request
+and concurrency 64 (``python -m bench.profile``), that cost took as much CPU as the model itself.
+An API worker therefore keeps at most a few calls in flight; requests that arrive meanwhile wait
+and leave together in the next call. A lone request finds no call in flight and goes at once, so
+light traffic pays nothing for it; the Encoder's adaptive batcher still merges the calls of all
+workers into one forward pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Awaitable, Callable, Generic, TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class Coalescer(Generic[Item, Result]):
+    """Sends ``call(items)`` with the items of many ``submit``s, at most ``in_flight`` calls at a time.
+
+    A call carries at most ``max_items`` items (one submit larger than that goes alone), in
+    arrival order. A submit whose caller gave up (timeout, disconnect) before its call left is
+    dropped, so abandoned work is never sent; one already sent is answered and discarded. A failed
+    call fails every submit it carried with the same exception.
+    """
+
+    def __init__(self, call: Callable[[list[Item]], Awaitable[list[Result]]], *, max_items: int, in_flight: int) -> None:
+        self.call = call
+        self.max_items = max_items
+        self.in_flight = in_flight
+        self.pending: deque[tuple[list[Item], asyncio.Future[list[Result]]]] = deque()
+        self.sending: set[asyncio.Task] = set()
+
+    async def submit(self, items: list[Item]) -> list[Result]:
+        """The results of ``items``, in order, from whichever call carried them."""
+        future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
+        self.pending.append((items, future))
+        self.pump()
+        return await future
+
+    def pump(self) -> None:
+        while self.pending and len(self.sending) < self.in_flight:
+            batch = self.next_batch()
+            if batch:
+                task = asyncio.create_task(self.send(batch))
+                self.sending.add(task)
+                task.add_done_callback(self.sent)
+
+    def next_batch(self) -> list[tuple[list[Item], asyncio.Future[list[Result]]]]:
+        batch, size = [], 0
+        while self.pending:
+            items, future = self.pending[0]
+            if future.done():  # its caller was cancelled while it waited
+                self.pending.popleft()
+                continue
+            if batch and size + len(items) > self.max_items:
+                break
+            batch.append(self.pending.popleft())
+            size += len(items)
+        return batch
+
+    async def send(self, batch: list[tuple[list[Item], asyncio.Future[list[Result]]]]) -> None:
+        try:
+            results = await self.call([item for items, _ in batch for item in items])
+        except asyncio.CancelledError:  # shutting down: nobody will answer these
+            for _, future in batch:
+                future.cancel()
+            raise
+        except Exception as error:  # noqa: BLE001 - every waiter gets the call's own error
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        start = 0
+        for items, future in batch:
+            if not future.done():
+                future.set_result(results[start : start + len(items)])
+            start += len(items)
+
+    def sent(self, task: asyncio.Task) -> None:
+        self.sending.discard(task)
+        if not task.cancelled():
+            self.pump()

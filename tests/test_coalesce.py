@@ -1,0 +1,121 @@
+"""models.coalesce: concurrent submits share calls, in order, without losing or leaking work."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from models.coalesce import Coalescer
+
+
+class GatedCall:
+    """A runner stand-in: records each call's items and answers them doubled when released."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.calls: list[list[int]] = []
+        self.release = asyncio.Event()
+        self.fail_on = fail_on
+
+    async def __call__(self, items: list[int]) -> list[int]:
+        self.calls.append(items)
+        await self.release.wait()
+        if self.fail_on in items:
+            raise RuntimeError("runner unavailable")
+        return [2 * item for item in items]
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_a_lone_submit_goes_at_once():
+    async def scenario():
+        call = GatedCall()
+        call.release.set()
+        assert await Coalescer(call, max_items=8, in_flight=1).submit([1, 2]) == [2, 4]
+        assert call.calls == [[1, 2]]
+
+    asyncio.run(scenario())
+
+
+def test_submits_that_wait_share_the_next_call_in_arrival_order():
+    async def scenario():
+        call = GatedCall()
+        coalescer = Coalescer(call, max_items=8, in_flight=1)
+        first = asyncio.create_task(coalescer.submit([1]))
+        await settle()
+        waiting = [asyncio.create_task(coalescer.submit(items)) for items in ([2, 3], [4], [5, 6, 7])]
+        await settle()
+        assert call.calls == [[1]]  # one call in flight; the rest wait for it
+        call.release.set()
+        assert await first == [2] and [await task for task in waiting] == [[4, 6], [8], [10, 12, 14]]
+        assert call.calls == [[1], [2, 3, 4, 5, 6, 7]]
+
+    asyncio.run(scenario())
+
+
+def test_a_call_never_carries_more_than_max_items():
+    async def scenario():
+        call = GatedCall()
+        coalescer = Coalescer(call, max_items=4, in_flight=1)
+        first = asyncio.create_task(coalescer.submit([0]))
+        await settle()
+        waiting = [asyncio.create_task(coalescer.submit(items)) for items in ([1, 2, 3], [4, 5], [6, 7, 8, 9, 10])]
+        await settle()
+        call.release.set()
+        await asyncio.gather(first, *waiting)
+        assert call.calls == [[0], [1, 2, 3], [4, 5], [6, 7, 8, 9, 10]]  # the oversized one alone
+
+    asyncio.run(scenario())
+
+
+def test_in_flight_bounds_the_concurrent_calls():
+    async def scenario():
+        call = GatedCall()
+        coalescer = Coalescer(call, max_items=8, in_flight=2)
+        tasks = [asyncio.create_task(coalescer.submit([item])) for item in range(5)]
+        await settle()
+        assert call.calls == [[0], [1]]
+        call.release.set()
+        assert [await task for task in tasks] == [[0], [2], [4], [6], [8]]
+        assert call.calls == [[0], [1], [2, 3, 4]]
+
+    asyncio.run(scenario())
+
+
+def test_an_abandoned_submit_is_never_sent():
+    async def scenario():
+        call = GatedCall()
+        coalescer = Coalescer(call, max_items=8, in_flight=1)
+        first = asyncio.create_task(coalescer.submit([1]))
+        await settle()
+        abandoned = asyncio.create_task(coalescer.submit([2]))
+        kept = asyncio.create_task(coalescer.submit([3]))
+        await settle()
+        abandoned.cancel()
+        await settle()
+        call.release.set()
+        assert await first == [2] and await kept == [6]
+        assert call.calls == [[1], [3]]
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_call_fails_its_submits_only():
+    async def scenario():
+        call = GatedCall(fail_on=2)
+        coalescer = Coalescer(call, max_items=8, in_flight=1)
+        first = asyncio.create_task(coalescer.submit([1]))
+        await settle()
+        failing = [asyncio.create_task(coalescer.submit(items)) for items in ([2], [3])]
+        await settle()
+        call.release.set()
+        assert await first == [2]
+        for task in failing:
+            with pytest.raises(RuntimeError, match="runner unavailable"):
+                await task
+        assert await coalescer.submit([4]) == [8]  # the next call goes out as usual
+
+    asyncio.run(scenario())

@@ -1,0 +1,40 @@
+"""models.drain: SIGTERM reaches the server's handler only once no batch has run for a while."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+from models.drain import Drain
+
+
+def test_sigterm_waits_for_the_batches_then_a_quiet_spell():
+    stopped = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())  # the server's own handler
+    try:
+        drain = Drain(quiet_s=0.3, longest_s=10)
+        drain.postpone_sigterm()
+        with drain.batch():
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one changes nothing
+            assert not stopped.wait(0.5)  # a batch runs: the server keeps serving
+        ended = time.monotonic()
+        assert stopped.wait(5)
+        assert time.monotonic() - ended >= 0.25
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_is_not_postponed_past_the_longest_wait():
+    stopped = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
+    try:
+        drain = Drain(quiet_s=60, longest_s=0.3)
+        drain.postpone_sigterm()
+        with drain.batch():
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stopped.wait(5)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
