@@ -1,0 +1,58 @@
+"""Resident memory of the served service by worker count: what each extra API/tokenizer worker costs.
+
+    python -m bench.memory [--workers 1,2,3]     → bench/results/memory.json
+
+Serves the default model (with its ONNX graphs) with ``TEXTBENTO_WORKERS`` = each count, sends a
+few hundred mixed requests so every worker has tokenized and answered, then records the RSS of
+the whole process tree and of each process, named by its role.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+import psutil
+
+from bench.load import closed_loop
+from bench.serving import serve
+from bench.topology import RESULTS, short_texts
+
+
+def role(process: psutil.Process) -> str:
+    command_line = " ".join(process.cmdline())
+    if "--service-name encoder" in command_line:
+        return "encoder"
+    return "api_worker" if "_bentoml_impl.worker.service" in command_line else "supervisor"
+
+
+def measure(tag: str, workers: int) -> dict:
+    texts = short_texts(512)
+    with serve(env={"TEXTBENTO_MODEL": tag, "TEXTBENTO_WORKERS": str(workers)}) as server:
+        body = lambda i: {"input": [texts[(i * 4 + j) % len(texts)] for j in range(1 + i % 8)]}  # noqa: E731
+        asyncio.run(closed_loop(server.url + "/v1/embeddings", body, concurrency=16, requests=400, deadline_s=60))
+        root = psutil.Process(server.process.pid)
+        by_role: dict[str, list[float]] = {}
+        for process in [root, *root.children(recursive=True)]:
+            by_role.setdefault(role(process), []).append(round(process.memory_info().rss / 2**20, 1))
+        return {"workers": workers, "total_mib": round(server.rss_mib(), 1), "processes_mib": by_role}
+
+
+def main() -> None:
+    from bench.ceiling import bench_tag
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", default="1,2,3")
+    args = parser.parse_args()
+    rows = [measure(bench_tag(), int(count)) for count in args.workers.split(",")]
+    for previous, row in zip(rows, rows[1:]):
+        row["per_extra_worker_mib"] = round((row["total_mib"] - previous["total_mib"]) / (row["workers"] - previous["workers"]), 1)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "memory.json").write_text(json.dumps(rows, indent=2) + "\n")
+    for row in rows:
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
