@@ -9,6 +9,9 @@ One module, one job:
 - ``backends``     padded ids → logits or pooled embeddings (PyTorch, ONNX Runtime)
 - ``postprocess``  softmax and labels; pooling and normalisation
 - ``inference``    one collected batch through batching, a backend and back into request order
+- ``coalesce``     concurrent requests' texts → fewer, larger calls to the Encoder (API workers)
+- ``dispatch``     BentoML's adaptive batcher without its learned idle wait
+- ``drain``        on SIGTERM, the Encoder answers its callers' last calls before it stops
 - ``store``        Hugging Face directory or Hub id → BentoML model store, with its spec as metadata
 - ``export``       stored model → ONNX graphs in its own directory (import time only)
 - ``quantize``     fp32 ONNX graph → int8 (CPU) and fp16 (CUDA) graphs (import time only)

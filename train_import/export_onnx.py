@@ -17,19 +17,14 @@ import sys
 import bentoml
 
 from models.store import add_onnx
+from train_import.cli import report
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train_import.export_onnx", description=__doc__.splitlines()[0])
     parser.add_argument("tag", help="store tag of the model, e.g. text-model:latest")
     args = parser.parse_args(argv)
-    try:
-        tag = add_onnx(args.tag)
-    except (bentoml.exceptions.NotFound, OSError, ValueError) as error:
-        print(f"export failed: {error}", file=sys.stderr)
-        return 1
-    print(tag)
-    return 0
+    return report("export", lambda: add_onnx(args.tag), (bentoml.exceptions.NotFound, OSError, ValueError))
 
 
 if __name__ == "__main__":

@@ -14,8 +14,11 @@ import argparse
 import sys
 from pathlib import Path
 
+import bentoml
+
 from models.detection import UnsupportedModel
 from models.store import DEFAULT_NAME, default_model_dir, download, import_model
+from train_import.cli import report
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,18 +43,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
+
+    def run() -> bentoml.Tag:
         if args.model_id:
             model_dir, source = download(args.model_id, args.revision), args.model_id
         else:
             model_dir = args.path or default_model_dir()
             source = str(args.path) if args.path else "sentence-transformers/all-MiniLM-L6-v2"
-        tag = import_model(model_dir, name=args.name, task=args.task, source=source, revision=args.revision, onnx=args.onnx)
-    except (UnsupportedModel, OSError, ValueError) as error:
-        print(f"import failed: {error}", file=sys.stderr)
-        return 1
-    print(tag)
-    return 0
+        return import_model(model_dir, name=args.name, task=args.task, source=source, revision=args.revision, onnx=args.onnx)
+
+    return report("import", run, (UnsupportedModel, OSError, ValueError))
 
 
 if __name__ == "__main__":
