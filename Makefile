@@ -17,9 +17,11 @@ $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt cons
 
 venv: $(BIN)/.installed
 
-# Imports the embedded all-MiniLM-L6-v2 as text-model unless the store has a text-model already.
+# Imports the embedded all-MiniLM-L6-v2 as text-model unless the store has a text-model already,
+# and adds the ONNX graphs (which the default backend and the CPU image serve) to one without them.
 model: venv
 	@$(BIN)/bentoml models get text-model:latest >/dev/null 2>&1 || HF_HUB_OFFLINE=1 $(BIN)/python -m train_import.import_model
+	@$(BIN)/bentoml models get text-model:latest -o json | grep -q '"onnx": true' || $(BIN)/python -m train_import.export_onnx text-model:latest
 
 serve: model
 	$(BIN)/bentoml serve service:TextBento --host $(HOST) --port $(PORT)
