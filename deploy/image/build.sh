@@ -4,9 +4,9 @@
 #   deploy/image/build.sh [cpu|gpu]          # MODEL=<store tag> (default text-model:latest), IMAGE=<name:tag>
 #
 # With a Docker engine, `bentoml containerize` uses it (and pulls its base image). Without one it
-# uses buildah, and where no registry is reachable (BASE_FROM_DEBIAN=1, or no Docker engine) the
-# base image is made locally from Debian packages first (deploy/image/base.sh). Prints the image
-# name, its size and how long the build took.
+# uses buildah on a base image made locally from Debian packages (deploy/image/base.sh), so no
+# container registry is needed; buildah, podman, runc and debootstrap are installed with apt-get
+# when missing (as root). Prints the image name, its size and how long the build took.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -32,6 +32,17 @@ if docker info >/dev/null 2>&1; then
     backend=(--backend docker)
     size() { docker image inspect --format '{{.Size}}' "$image"; }
 else
+    tools=(buildah podman runc debootstrap)
+    missing=()
+    for tool in "${tools[@]}"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+        else
+            echo "no Docker engine, and ${missing[*]} missing: install them (Debian: apt-get install ${tools[*]})" >&2
+            exit 1
+        fi
+    fi
     source "$here/env.sh"
     "$here/base.sh"
     # pull-never: the base is the local one; `--opt pull=never` would be split by bentoml.
