@@ -3,6 +3,7 @@
     client ─JSON─▶ TextBento × N workers ──────────────────────▶ Encoder × 1 per device
                    validate (pydantic)                           adaptive batching across requests
                    tokenize in a thread, never on the loop       sort by length, cut, pad, forward
+                   merge concurrent requests into shared calls   (ONNX Runtime int8 on CPU by default)
                    softmax / labels / base64 ◀── logits or embeddings ──┘
 
 Configuration: ``TEXTBENTO_*`` environment variables (``models/settings.py``).
@@ -109,7 +110,7 @@ app.add_middleware(JsonBodyOnly)
 )
 @bentoml.asgi_app(app)
 class TextBento:
-    """The HTTP API and the tokenizer workers: one hop to the Encoder per request."""
+    """The HTTP API and the tokenizer workers; concurrent requests share their calls to the Encoder."""
 
     encoder = bentoml.depends(Encoder)
     model = MODEL
