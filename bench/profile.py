@@ -29,7 +29,12 @@ from bench.topology import RESULTS, short_texts
 
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 # Innermost frames of threads that wait: py-spy's idle detection misses them in --nonblocking mode.
-WAITING = re.compile(r"EpollSelector\.select|Condition\.wait|_worker \(concurrent/futures/thread\.py|Event\.wait|SimpleQueue\.get|Queue\.get")
+# Under uvloop the loop's own C code, its epoll wait included, shows as ``Runner.run``: left out
+# too, so the event loop's share counts only the Python callbacks it runs.
+WAITING = re.compile(
+    r"EpollSelector\.select|Condition\.wait|_worker \(concurrent/futures/thread\.py|Event\.wait|SimpleQueue\.get|Queue\.get"
+    r"|Runner\.run \(asyncio/runners\.py"
+)
 # The first matching pattern (over the whole stack, innermost frames first) names the work.
 BUCKETS = [
     ("model forward (onnxruntime)", r"onnxruntime|models/backends/"),
