@@ -16,15 +16,8 @@ import json
 import psutil
 
 from bench.load import closed_loop
-from bench.serving import serve
+from bench.serving import role, serve
 from bench.topology import RESULTS, short_texts
-
-
-def role(process: psutil.Process) -> str:
-    command_line = " ".join(process.cmdline())
-    if "--service-name encoder" in command_line:
-        return "encoder"
-    return "api_worker" if "_bentoml_impl.worker.service" in command_line else "supervisor"
 
 
 def measure(tag: str, workers: int) -> dict:
@@ -35,7 +28,7 @@ def measure(tag: str, workers: int) -> dict:
         root = psutil.Process(server.process.pid)
         by_role: dict[str, list[float]] = {}
         for process in [root, *root.children(recursive=True)]:
-            by_role.setdefault(role(process), []).append(round(process.memory_info().rss / 2**20, 1))
+            by_role.setdefault(role(" ".join(process.cmdline())), []).append(round(process.memory_info().rss / 2**20, 1))
         return {"workers": workers, "total_mib": round(server.rss_mib(), 1), "processes_mib": by_role}
 
 

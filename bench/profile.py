@@ -3,8 +3,8 @@
     python -m bench.profile [--texts-per-request 1] [--concurrency 64] [--seconds 20]
         → bench/results/profile-<texts>x-c<concurrency>.json (+ .txt, the shares as a table)
 
-Serves the default model (imported with ONNX graphs as ``bench-minilm``), drives one-text
-requests at the given concurrency, and meanwhile records every process of the server with
+Serves the default model (``bench.ceiling.bench_tag``), drives requests of the given size at
+the given concurrency, and meanwhile records every process of the server with
 ``py-spy --subprocesses``; frames of threads that only wait are left out. Each process
 is named by its role (API worker, Encoder, supervisor); each sample's innermost frame of our own
 code or of a library is charged to a bucket (``BUCKETS``), so the table reads as "share of the
@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.load import closed_loop
-from bench.serving import serve
+from bench.serving import role, serve
 from bench.topology import RESULTS, short_texts
 
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
@@ -47,14 +47,6 @@ BUCKETS = [
     ("HTTP server (uvicorn, h11, starlette, FastAPI routing)", r"uvicorn|h11|httptools|starlette|fastapi|anyio"),
     ("asyncio event loop", r"asyncio|uvloop"),
 ]
-
-
-def role(processes: list[str]) -> str:
-    """The innermost ``process <pid>:"<command line>"`` frame py-spy puts on top of each stack."""
-    command_line = processes[-1]
-    if "--service-name encoder" in command_line:
-        return "Encoder"
-    return "API worker" if "_bentoml_impl.worker.service" in command_line else "supervisor"
 
 
 def bucket(stack: str) -> str:
@@ -80,7 +72,7 @@ def summarise(raw: str) -> dict:
         if WAITING.search(frames[-1]):
             continue
         processes = [frame for frame in frames if frame.startswith("process ")]
-        who = role(processes)
+        who = role(processes[-1])  # py-spy's innermost ``process <pid>:"<command line>"`` frame
         what = bucket(";".join(frames[len(processes) :]))
         per_function[f"{who}: {frames[-1]}"] += int(count)
         per_role[who] += int(count)
@@ -133,7 +125,7 @@ def main() -> None:
     raw_path.unlink()
     name = f"profile-{per_request}x-c{args.concurrency}"
     (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
-    lines = [f"{share:6.1%}  {name}" for name, share in summary["by_role_and_work"].items()]
+    lines = [f"{share:6.1%}  {work}" for work, share in summary["by_role_and_work"].items()]
     (RESULTS / f"{name}.txt").write_text("\n".join(lines) + "\n")
     print(json.dumps(summary["load"]), *lines, sep="\n")
 

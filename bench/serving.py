@@ -33,6 +33,13 @@ class Server(NamedTuple):
         return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
 
 
+def role(command_line: str) -> str:
+    """Which part of a ``bentoml serve`` process tree a process is, from its command line."""
+    if "--service-name encoder" in command_line:
+        return "Encoder"
+    return "API worker" if "_bentoml_impl.worker.service" in command_line else "supervisor"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -28,10 +28,13 @@ pytestmark = [
     pytest.mark.skipif(not (shutil.which("docker") or shutil.which("buildah")), reason="needs docker, or buildah and podman"),
 ]
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE = ["docker"] if shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True).returncode == 0 else None
 # What runs here without a Docker engine: runc (crun fails on hybrid cgroups), the host network
 # (no CNI plugins), and the highest ulimits this VM grants.
 PODMAN = ["podman", "--runtime", "runc"]
+DOCKER = bool(shutil.which("docker")) and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+ENGINE = ["docker"] if DOCKER else PODMAN
+if not DOCKER:  # podman must read the storage buildah builds into (deploy/image/env.sh)
+    os.environ.setdefault("CONTAINERS_STORAGE_CONF", str(ROOT / "deploy/image/storage.conf"))
 RUN_OPTIONS = ["--network", "host", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
 
 
@@ -49,21 +52,14 @@ def build(tag: str, image: str) -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
-def engine() -> list[str]:
-    if ENGINE:
-        return ENGINE
-    os.environ.setdefault("CONTAINERS_STORAGE_CONF", str(ROOT / "deploy/image/storage.conf"))
-    return PODMAN
-
-
 @contextmanager
 def running(image: str):
     """The image running with its port on 127.0.0.1; yields (base url, seconds to /readyz 200)."""
     port = free_port()
-    network = RUN_OPTIONS if engine() == PODMAN else ["-p", f"127.0.0.1:{port}:{port}"]
+    network = ["-p", f"127.0.0.1:{port}:{port}"] if DOCKER else RUN_OPTIONS
     started = time.monotonic()
     container = subprocess.run(
-        [*engine(), "run", "-d", *network, "-e", f"PORT={port}", image], capture_output=True, text=True, check=True
+        [*ENGINE, "run", "-d", *network, "-e", f"PORT={port}", image], capture_output=True, text=True, check=True
     ).stdout.strip()
     url = f"http://127.0.0.1:{port}"
     try:
@@ -75,12 +71,12 @@ def running(image: str):
                 pass
             time.sleep(0.25)
         else:
-            logs = subprocess.run([*engine(), "logs", container], capture_output=True, text=True).stdout
+            logs = subprocess.run([*ENGINE, "logs", container], capture_output=True, text=True).stdout
             pytest.fail(f"{image} not ready after 300 s:\n{logs[-3000:]}")
         yield url, time.monotonic() - started
     finally:
-        subprocess.run([*engine(), "stop", "-t", "30", container], capture_output=True)
-        subprocess.run([*engine(), "rm", "-f", container], capture_output=True)
+        subprocess.run([*ENGINE, "stop", "-t", "30", container], capture_output=True)
+        subprocess.run([*ENGINE, "rm", "-f", container], capture_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +90,7 @@ def images(embed_tag: str, classify_tag: str) -> dict[str, str]:
 def test_the_cpu_image_carries_no_pytorch(images):
     probe = "import importlib.util as u; print(u.find_spec('torch'), u.find_spec('onnxruntime') is not None)"
     result = subprocess.run(
-        [*engine(), "run", "--rm", *RUN_OPTIONS, "--entrypoint", "python", images["embed"], "-c", probe],
+        [*ENGINE, "run", "--rm", *RUN_OPTIONS, "--entrypoint", "python", images["embed"], "-c", probe],
         capture_output=True, text=True, timeout=120,
     )
     assert result.stdout.split() == ["None", "True"], result.stderr[-2000:]
