@@ -1,72 +1,172 @@
 """fp32 ONNX graph → the int8 (CPU) and fp16 (CUDA) graphs served by the ONNX backend.
 
-int8 is ONNX Runtime's dynamic quantization of every weight MatMul: int8 weights with one scale
-per output channel, activations quantized at run time. Measured on all-MiniLM-L6-v2 (240 varied
-texts, cosine to fp32; docs/design.md section 5 has the full table):
+int8 is *per-token* dynamic quantization: every weight MatMul gets int8 weights with one scale
+per output channel, and its activations are quantized at run time with one scale per token row
+(not one per tensor). A text's result then depends on nothing but its own tokens: not on its
+batch mates, not on padding, so batches can be padded and length-sorted like fp32 ones.
 
-- per-tensor weights: mean 0.95, min 0.88; per-channel (kept): mean 0.993, min 0.985, 1.5x fp32;
-- per-channel with the feed-forward down-projections left in fp32: mean 0.997, min 0.992, but
-  only 1.3x fp32: the fallback if a model misses the accuracy gates;
-- static quantization (calibrated, fixed activation scales): mean 0.75-0.99.
+ONNX Runtime's own dynamic quantization (``quantize_dynamic``) and its fused int8 kernels take
+one activation scale per tensor; per row is written here with standard ops and one contrib op:
 
-Dynamic activation scales are computed over the whole input tensor, so in a batch a text's result
-would depend on the other texts (cosine 0.98 alone vs in a batch of 32); the ONNX backend runs
-every text alone on CPU (``OnnxBackend``), which also measured faster.
+    a [.., K] → rows [M, K] → per row: scale (and zero point) → QuantizeLinear (per axis 0, uint8)
+    → MatMulIntegerToFloat(a_q, w_q, 1, weight scales[, 128]) → × row scale (− zero-point term)
+
+- Inputs from LayerNorm or attention (roughly symmetric): symmetric rows, stored as uint8 with
+  the fixed zero point 128, which MatMulIntegerToFloat subtracts inside its u8×s8 kernel.
+- Inputs from GELU (one-sided, ≥ -0.17): asymmetric rows (zero point per row, twice the
+  resolution); the kernel cannot take a zero point per row, so the product is corrected by
+  ``zero point × column sums of w_q`` afterwards.
+- Attention projections stay fp32 inside the fused ``Attention`` op of ``models.export``; where
+  the fusion did not happen, a MatMul whose input feeds three weight MatMuls (Q, K, V) stays fp32:
+  quantizing Q and K per row cost the most accuracy (min cosine 0.984 vs 0.993, docs/design.md §5).
+
+Measured on all-MiniLM-L6-v2 (``python -m bench.quantization``: varied texts incl. 1-token ones,
+cosine to fp32) and chosen there: docs/design.md §5 has the table of every variant tried.
 """
 
 from __future__ import annotations
 
-import logging
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
+import numpy as np
 import onnx
-from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
-
-def without_weight_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model without ``value_info`` entries for initializers.
-
-    The dynamo exporter lists weights there too; the quantizer's shape inference then fails on
-    DistilBERT ("Inferred shape and existing shape differ in dimension 0: (64) vs (2)").
-    """
-    weights = {initializer.name for initializer in model.graph.initializer}
-    kept = [info for info in model.graph.value_info if info.name not in weights]
-    del model.graph.value_info[:]
-    model.graph.value_info.extend(kept)
-    return model
+GELU_OPS = {"Gelu", "BiasGelu", "FastGelu", "QuickGelu"}
 
 
-@contextmanager
-def no_preprocess_advice() -> Iterator[None]:
-    """Drops ONNX Runtime's advice to run ``quant_pre_process`` first, logged on every call.
+def weight_int8(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 ``[K, N]`` weights and their float32 scale per output channel."""
+    scale = np.abs(weight).max(axis=0) / 127.0
+    scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
+    return np.clip(np.round(weight / scale), -127, 127).astype(np.int8), scale
 
-    Its symbolic shape inference fails on these graphs ("Incomplete symbolic shape inference"),
-    and the graph optimizations it would add run anyway when a session loads the model.
-    """
-    def advice(record: logging.LogRecord) -> bool:
-        return "pre-processing before quantization" not in record.getMessage()
 
-    logging.getLogger().addFilter(advice)
-    try:
-        yield
-    finally:
-        logging.getLogger().removeFilter(advice)
+class PerTokenInt8:
+    """Rewrites the weight MatMuls of one graph; each activation is quantized once for all its MatMuls."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.graph = model.graph
+        self.weights = {init.name: init for init in self.graph.initializer}
+        self.producer = {output: node for node in self.graph.node for output in node.output}
+        self.weight_consumers: dict[str, int] = {}
+        for node in self.graph.node:
+            if node.op_type == "MatMul" and node.input[1] in self.weights:
+                self.weight_consumers[node.input[0]] = self.weight_consumers.get(node.input[0], 0) + 1
+        self.opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        self.constants: dict[str, onnx.TensorProto] = {}
+        self.quantized: dict[str, tuple[str, str, str | None, str]] = {}
+        self.nodes: list[onnx.NodeProto] = []
+
+    def rewrite(self) -> onnx.ModelProto:
+        replaced = set()
+        for node in self.graph.node:
+            weight = self.weights.get(node.input[1]) if node.op_type == "MatMul" else None
+            array = numpy_helper.to_array(weight) if weight is not None else None
+            if array is None or array.ndim != 2 or self.weight_consumers[node.input[0]] >= 3:
+                self.nodes.append(node)
+                continue
+            replaced.add(weight.name)
+            self.matmul(node, array)
+        del self.graph.node[:]
+        self.graph.node.extend(self.nodes)
+        kept = [init for init in self.graph.initializer if init.name not in replaced]
+        del self.graph.initializer[:]
+        self.graph.initializer.extend([*kept, *self.constants.values()])
+        if not any(o.domain == "com.microsoft" for o in self.model.opset_import):
+            self.model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        return self.model
+
+    def const(self, name: str, value: np.ndarray | np.generic) -> str:
+        if name not in self.constants:
+            self.constants[name] = numpy_helper.from_array(np.asarray(value), name)
+        return name
+
+    def node(self, op: str, inputs: list[str], output: str, **attributes: object) -> str:
+        domain = "com.microsoft" if op == "MatMulIntegerToFloat" else ""
+        self.nodes.append(helper.make_node(op, inputs, [output], domain=domain, **attributes))
+        return output
+
+    def row_reduce(self, op: str, rows: str, output: str) -> str:
+        """``[M, K]`` → ``[M, 1]``; ``axes`` became an input in opset 18."""
+        if self.opset >= 18:
+            return self.node(op, [rows, self.const("q_axis1", np.array([1], np.int64))], output, keepdims=1)
+        return self.node(op, [rows], output, axes=[1], keepdims=1)
+
+    def symmetric(self, activation: str) -> bool:
+        producer = self.producer.get(activation)
+        return producer is None or producer.op_type not in GELU_OPS
+
+    def rows(self, activation: str, k: int) -> tuple[str, str, str | None, str]:
+        """(uint8 rows ``[M, K]``, row scales ``[M, 1]``, row zero points ``[M, 1]`` or None when 128, leading shape)."""
+        if activation in self.quantized:
+            return self.quantized[activation]
+        p = f"q{len(self.quantized)}_"
+        c = self.const
+        leading = self.node("Slice", [self.node("Shape", [activation], p + "shape"), c("q_0", np.array([0], np.int64)),
+                                      c("q_-1", np.array([-1], np.int64))], p + "leading")
+        rows = self.node("Reshape", [activation, c(f"q_rows{k}", np.array([-1, k], np.int64))], p + "rows")
+        flat = c("q_-1", np.array([-1], np.int64))
+        tiny = c("q_tiny", np.float32(1e-12))
+        if self.symmetric(activation):
+            largest = self.row_reduce("ReduceMax", self.node("Abs", [rows], p + "abs"), p + "largest")
+            scale = self.node("Max", [self.node("Mul", [largest, c("q_1/127", np.float32(1 / 127))], p + "s"), tiny], p + "scale")
+            scale_1d = self.node("Reshape", [scale, flat], p + "scale_1d")
+            zero_1d = self.node("Expand", [c("q_128", np.uint8(128)), self.node("Shape", [scale_1d], p + "m")], p + "zero_1d")
+            zero = None
+        else:  # the range always holds 0, so that 0 is exact, as in ONNX Runtime's DynamicQuantizeLinear
+            low = self.node("Min", [self.row_reduce("ReduceMin", rows, p + "min"), c("q_0f", np.float32(0))], p + "low")
+            high = self.node("Max", [self.row_reduce("ReduceMax", rows, p + "max"), c("q_0f", np.float32(0))], p + "high")
+            spread = self.node("Sub", [high, low], p + "spread")
+            scale = self.node("Max", [self.node("Mul", [spread, c("q_1/255", np.float32(1 / 255))], p + "s"), tiny], p + "scale")
+            zero = self.node("Round", [self.node("Neg", [self.node("Div", [low, scale], p + "low_q")], p + "zf")], p + "zero")
+            scale_1d = self.node("Reshape", [scale, flat], p + "scale_1d")
+            zero_1d = self.node("Reshape", [self.node("Cast", [zero], p + "zero_u8", to=TensorProto.UINT8), flat], p + "zero_1d")
+        quantized = self.node("QuantizeLinear", [rows, scale_1d, zero_1d], p + "q", axis=0)
+        self.quantized[activation] = (quantized, scale, zero, leading)
+        return self.quantized[activation]
+
+    def matmul(self, node: onnx.NodeProto, weight: np.ndarray) -> None:
+        k, n = weight.shape
+        p = f"{node.name or node.output[0]}_int8_"
+        c = self.const
+        w_q, w_scale = weight_int8(weight)
+        quantized, scale, zero, leading = self.rows(node.input[0], k)
+        kernel_inputs = [quantized, c(p + "w", w_q), c("q_1f", np.float32(1)), c(p + "w_scale", w_scale)]
+        if zero is None:
+            product = self.node("MatMulIntegerToFloat", [*kernel_inputs, c("q_128", np.uint8(128))], p + "product")
+        else:
+            column_sums = (w_q.astype(np.int64).sum(axis=0) * w_scale).astype(np.float32)
+            raw = self.node("MatMulIntegerToFloat", kernel_inputs, p + "raw")
+            offset = self.node("Mul", [zero, c(p + "column_sums", column_sums)], p + "offset")
+            product = self.node("Sub", [raw, offset], p + "product")
+        scaled = self.node("Mul", [product, scale], p + "scaled")
+        shape = self.node("Concat", [leading, c(f"q_n{n}", np.array([n], np.int64))], p + "shape", axis=0)
+        self.node("Reshape", [scaled, shape], node.output[0])
 
 
 def quantize_int8(source: Path, target: Path) -> Path:
-    """Dynamic int8 of every weight MatMul, with per-channel weight scales."""
-    with no_preprocess_advice():
-        quantize_dynamic(
-            without_weight_shapes(onnx.load(str(source))),
-            target,
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            # Embedding tables (Gather) stay fp32: lookups cost nothing, quantizing them only loses accuracy.
-            op_types_to_quantize=["MatMul"],
-        )
+    """The per-token int8 graph of the fp32 graph at ``source``."""
+    onnx.save(PerTokenInt8(onnx.load(str(source))).rewrite(), str(target))
+    return target
+
+
+def quantize_int8_per_tensor(source: Path, target: Path) -> Path:
+    """ONNX Runtime's stock dynamic int8 (one activation scale per tensor), served until per-token
+    replaced it and kept for comparison: ``bench.ceiling`` measures it, a test shows it missing the gate."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        source,
+        target,
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        op_types_to_quantize=["MatMul"],
+        # The fused graph's contrib ops defeat the quantizer's shape inference; their outputs are float.
+        extra_options={"DefaultTensorType": TensorProto.FLOAT},
+    )
     return target
 
 

@@ -10,6 +10,9 @@ import contextlib
 import functools
 import io
 import random
+import shutil
+import tempfile
+from pathlib import Path
 
 import bentoml
 import numpy as np
@@ -20,12 +23,14 @@ from models.backends import load_backend
 from models.batching import pad
 from models.inference import run_batch
 from models.onnx_layout import FP16, FP32, INT8, onnx_dir
+from models.quantize import quantize_int8_per_tensor
 from models.postprocess import sentence_embeddings
 from models.settings import Settings
 from models.spec import ModelSpec
 from models.store import default_model_dir, import_model
 from models.tokenization import TextTokenizer
 from tests.reference import backend_outputs
+from tests.reference import sentence_embeddings as sentence_embeddings_of
 from train_import.export_onnx import main as export_main
 
 TOPICS = {
@@ -83,7 +88,18 @@ def edited(text: str, words: list[str], rng: random.Random) -> str:
     return " ".join(tokens)
 
 
-TEXTS = varied_sentences()
+# The hard cases of int8: 1-3 tokens (one token row's scale is the whole text), past max_length,
+# code, digits, accents and symbols.
+HARD_TEXTS = [
+    "ok", "a", "Hi!", "no", "42", "?", "ü", "🙂", "yes please", "x",
+    "x = f(y) + 3;", "def area(r):\n    return 3.14159 * r ** 2", "SELECT id, name FROM users WHERE age > 30;",
+    "for (int i = 0; i < n; ++i) { sum += a[i]; }", "1234567890", "3.14159 2.71828 1.41421", "2026-11-30 23:59:59 UTC",
+    "+1 (555) 010-4477 ext. 12", "Ça coûte 12,50 € — déjà vu", "naïve café résumé façade", "Ærøskøbing, Smørrebrød",
+    "Straße über Fuß", "¿Dónde está la biblioteca?", "«Ceci n'est pas une pipe»",
+    "word " * 400, "Une très longue phrase en français, avec des accents: é è ê à ù ç. " * 40,
+    "The quick brown fox jumps over the lazy dog. " * 60,
+]
+TEXTS = varied_sentences() + HARD_TEXTS
 
 
 def export_onnx(tag: str) -> str:
@@ -158,10 +174,14 @@ def nearest_neighbours(vectors: np.ndarray) -> np.ndarray:
     return similarity.argmax(1)
 
 
-def test_the_sentence_set_is_varied():
+def test_the_sentence_set_is_varied(embed_tag: str):
     words = [len(text.split()) for text in TEXTS]
-    assert len(set(TEXTS)) >= 230 and min(words) == 1 and max(words) >= 60
+    assert len(set(TEXTS)) >= 260 and min(words) == 1 and max(words) >= 400
     assert len({word.lower().strip(".,!?():;") for text in TEXTS for word in text.split()}) >= 150
+    stored = bentoml.models.get(embed_tag)
+    lengths = [len(e.ids) for e in TextTokenizer(stored.path, ModelSpec.of(stored).max_length).encode(TEXTS)]
+    assert min(lengths) == 3 and sum(length <= 5 for length in lengths) >= 10  # [CLS] ok [SEP]
+    assert sum(e.truncated for e in TextTokenizer(stored.path, 256).encode(TEXTS)) >= 3
 
 
 def test_export_saves_a_new_version_with_the_graphs(plain_embed_tag: str, embed_onnx_tag: str):
@@ -205,18 +225,43 @@ def test_onnx_logits_match_torch(classify_tag: str, topic_classifier_tag: str):
         assert np.abs(outputs(tag, "onnx") - outputs(tag, "torch")).max() <= 1e-3
 
 
-def test_int8_embeddings_stay_close_to_fp32(embed_onnx_tag: str):
-    int8, fp32 = outputs(embed_onnx_tag, "onnx-int8"), outputs(embed_onnx_tag, "onnx")
-    cosine = cosines(int8, fp32)
-    assert cosine.mean() >= 0.99 and cosine.min() >= 0.97, (cosine.mean(), cosine.min())
-    agreement = np.mean(nearest_neighbours(int8) == nearest_neighbours(fp32))
-    assert agreement >= 0.98, agreement
+def test_default_embeddings_match_transformers(embed_tag: str):
+    """The accuracy gate of the default backend (onnx-int8 on a CPU) against transformers fp32."""
+    served = outputs(embed_tag, "auto")
+    expected = sentence_embeddings_of(default_model_dir(), TEXTS, max_length=ModelSpec.of(bentoml.models.get(embed_tag)).max_length)
+    cosine = cosines(served, expected)
+    assert cosine.min() >= 0.99 and cosine.mean() >= 0.998, (cosine.min(), cosine.mean(), TEXTS[int(cosine.argmin())])
+    agreement = np.mean(nearest_neighbours(served) == nearest_neighbours(expected))
+    assert agreement >= 0.99, agreement
 
 
-@pytest.mark.parametrize("tag_fixture", ["classify_tag", "topic_classifier_tag"])
-def test_int8_labels_agree_with_torch(tag_fixture: str, request):
-    tag = request.getfixturevalue(tag_fixture)
-    agreement = np.mean(outputs(tag, "onnx-int8").argmax(1) == outputs(tag, "torch").argmax(1))
+def test_per_tensor_int8_would_miss_the_gate(embed_tag: str):
+    """The gate can fail: ONNX Runtime's per-tensor dynamic int8, on the texts alone, misses it (min 0.974)."""
+    stored = bentoml.models.get(embed_tag)
+    spec = ModelSpec.of(stored)
+    directory = Path(tempfile.mkdtemp())
+    shutil.copytree(stored.path, directory, dirs_exist_ok=True)
+    graph = onnx_dir(directory) / INT8
+    quantize_int8_per_tensor(onnx_dir(directory) / FP32, graph)
+    backend = load_backend("onnx-int8", directory, spec, 2)
+    ids = [e.ids for e in TextTokenizer(stored.path, spec.max_length).encode(TEXTS)]
+    alone = np.stack([run_batch(backend, [one], spec.pad_id, 8192)[0] for one in ids])
+    cosine = cosines(alone, outputs(embed_tag, "onnx"))
+    assert cosine.min() < 0.99, cosine.min()
+
+
+def test_default_labels_agree_with_torch(topic_classifier_tag: str):
+    """Labels of the default backend vs transformers, on every text whose label torch decides.
+
+    A text without a topic ("ok", "🙂", a timestamp) has logits tied within 1-8% of their range:
+    int8 breaks 5 of those 27 ties differently (measured), fp32 ONNX none. Ties are left out as
+    the nearest-neighbour gate leaves them out: what is compared is the model, not the tie-break.
+    """
+    served, expected = outputs(topic_classifier_tag, "auto"), outputs(topic_classifier_tag, "torch")
+    top_two = np.sort(expected, axis=1)[:, ::-1]
+    decided = top_two[:, 0] - top_two[:, 1] >= 0.1 * (top_two[:, 0] - top_two[:, -1])
+    assert decided.mean() >= 0.9, decided.mean()
+    agreement = np.mean(served[decided].argmax(1) == expected[decided].argmax(1))
     assert agreement >= 0.99, agreement
 
 
@@ -252,6 +297,6 @@ def test_a_text_alone_equals_the_text_in_a_mixed_batch(backend: str, tag_fixture
         alone = run_batch(model, [ids[probe]], spec.pad_id, 8192)[0]
         together = run_batch(model, batch, spec.pad_id, 8192)[position]
         if spec.task == "embed":
-            assert cosines(alone[None], together[None])[0] >= 0.9999
+            assert cosines(alone[None], together[None])[0] >= 0.99999
         else:
-            assert alone.argmax() == together.argmax()
+            assert np.abs(alone - together).max() <= 1e-4

@@ -49,11 +49,10 @@ class OnnxBackend:
     """A stored model's ONNX graph in an ONNX Runtime session, loaded once per runner process.
 
     With ``cuda``, the fp16 graph runs on the GPU when one is usable; otherwise ``cpu_graph``
-    (``fp32`` or ``int8``) runs on the CPU. On CPU every text runs alone, unpadded: measured on 2
-    cores with short texts, one at a time is 15-24% faster than length-sorted padded batches of
-    32 (no padding is computed), and it makes the int8 graph batch-invariant: its activations are
-    quantized with one scale per input tensor, which inside a batch would mix texts (cosine 0.98
-    between a text alone and the same text in a batch). On CUDA the batch runs as one.
+    (``fp32`` or ``int8``) runs on the CPU. Every device runs the padded batch as one: the int8
+    graph quantizes each token row on its own (``models.quantize``), so a text's result does not
+    depend on its batch mates, and length-sorted batches of 32 run 1.6-1.9x the texts of one
+    text at a time on 2 cores (docs/design.md, 5).
     """
 
     def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int, *, cpu_graph: str = "fp32", cuda: bool = True) -> None:
@@ -71,13 +70,6 @@ class OnnxBackend:
         self.session = session or ort.InferenceSession(str(directory / graph), options, providers=[CPU])
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        if self.device == "cuda":
-            return self.run(input_ids, attention_mask)
-        lengths = attention_mask.sum(axis=1)  # right-padded rows: the real tokens come first
-        rows = [(input_ids[row : row + 1, :length], attention_mask[row : row + 1, :length]) for row, length in enumerate(lengths)]
-        return np.concatenate([self.run(ids, mask) for ids, mask in rows])
-
-    def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Logits, or pooled sentence embeddings, of one padded batch."""
         feed = {
             "input_ids": input_ids.astype(np.int64, copy=False),
