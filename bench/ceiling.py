@@ -1,40 +1,56 @@
-"""The in-process ceiling: sentences/s of one backend with tokenization, without HTTP or the batcher.
+"""The in-process ceiling: sentences/s of each graph without HTTP or the batcher, per way of batching.
 
-    python -m bench.ceiling            # torch, onnx, onnx-int8 on all-MiniLM-L6-v2 → bench/results/ceiling.json
+    python -m bench.ceiling            # all-MiniLM-L6-v2 → bench/results/ceiling.json
 
-Each batch of short texts (5-30 words) is tokenized (``TextTokenizer``) and run through
-``run_batch``, as the Encoder does. The main command imports the embedded all-MiniLM-L6-v2 with
-its ONNX graphs once (as ``bench-minilm-onnx``), then measures the backends in turns, several
-rounds, keeping each point's best round: other processes on a shared machine only ever slow a
-round down.
+Graphs: torch fp32, the fp32 ONNX graph, the per-token int8 graph (served by default on CPU) and
+ONNX Runtime's stock per-tensor int8 (for comparison: not batch-invariant, so never batched in
+serving). Ways of batching the same stream of short texts (5-30 words), pre-tokenized:
+
+- ``alone``: every text its own forward pass, unpadded;
+- ``arrival-32``: consecutive runs of 32 texts, padded to the longest of each;
+- ``sorted-32``/``sorted-64``: the whole stream sorted by length, then cut: the least padding any
+  batcher could reach, and so the ceiling the served figures are compared with;
+- ``served-64``: runs of 64 in arrival order through ``run_batch`` (sorted and cut under the token
+  budget inside each run), what the Encoder does with a full batch.
+
+The main command imports the embedded all-MiniLM-L6-v2 with its ONNX graphs once (as
+``bench-minilm-onnx``), then measures the graphs in turns, several rounds, keeping each point's best
+round: other processes on a shared machine only ever slow a round down.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
-from typing import Sequence
+from pathlib import Path
+from typing import Callable, Sequence
 
 import bentoml
+import numpy as np
 
 from bench.topology import RESULTS, short_texts
-from models.backends import load_backend
+from models.backends import Backend, load_backend
+from models.batching import pad
 from models.inference import run_batch
+from models.onnx_layout import FP32, INT8, onnx_dir
 from models.settings import settings
 from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
 
-BACKENDS = ("torch", "onnx", "onnx-int8")
-BATCH_SIZES = (1, 8, 32, 64)
 BENCH_MODEL = "bench-minilm-onnx"
+MODES = ("alone", "arrival-32", "sorted-32", "sorted-64", "served-64")
+STREAM = 1024  # texts per measured pass
 
 
 def ceiling(backend_name: str, tag: str, batch_sizes: Sequence[int], seconds: float = 3.0) -> tuple[str, list[dict]]:
     """The backend ``auto`` resolved to, and ``{"batch_size", "sentences_per_s"}`` per batch size, ``seconds`` each.
 
-    Loads and runs the backend on the calling thread: torch's OpenMP pool belongs to the thread
-    that loaded the model (docs/design.md, section 2).
+    Tokenization included, each batch through ``run_batch`` as the Encoder runs it. Loads and runs
+    the backend on the calling thread: torch's OpenMP pool belongs to the thread that loaded the
+    model (docs/design.md, section 2).
     """
     stored = bentoml.models.get(tag)
     spec = ModelSpec.of(stored)
@@ -57,6 +73,39 @@ def ceiling(backend_name: str, tag: str, batch_sizes: Sequence[int], seconds: fl
     return backend.name, rows
 
 
+def batches(ids: list[np.ndarray], mode: str) -> list[list[np.ndarray]]:
+    """The stream cut into the forward passes of ``mode`` (``served-64``: runs for ``run_batch``)."""
+    if mode == "alone":
+        return [[one] for one in ids]
+    size = int(mode.rsplit("-", 1)[1])
+    ordered = sorted(ids, key=len) if mode.startswith("sorted") else ids
+    return [ordered[start : start + size] for start in range(0, len(ordered), size)]
+
+
+def rate(backend: Backend, spec: ModelSpec, ids: list[np.ndarray], mode: str) -> float:
+    """Sentences/s of one pass over ``ids`` batched as ``mode``."""
+    groups = batches(ids, mode)
+    if mode == "served-64":
+        run: Callable[[list[np.ndarray]], object] = lambda group: run_batch(backend, group, spec.pad_id, settings.token_budget)  # noqa: E731
+    else:
+        run = lambda group: backend.forward(*pad(group, spec.pad_id))  # noqa: E731
+    run(groups[0])  # warm-up
+    started = time.perf_counter()
+    for group in groups:
+        run(group)
+    return len(ids) / (time.perf_counter() - started)
+
+
+def per_tensor_copy(stored_path: str) -> Path:
+    """A scratch copy of the stored model whose int8 graph is ONNX Runtime's per-tensor one."""
+    from models.quantize import quantize_int8_per_tensor
+
+    directory = Path(tempfile.mkdtemp(prefix="per-tensor-"))
+    shutil.copytree(stored_path, directory, dirs_exist_ok=True)
+    quantize_int8_per_tensor(onnx_dir(directory) / FP32, onnx_dir(directory) / INT8)
+    return directory
+
+
 def bench_tag() -> str:
     """The benchmark model, imported with its ONNX graphs on first use."""
     from models.store import default_model_dir, import_model
@@ -70,28 +119,39 @@ def bench_tag() -> str:
 
 def main(rounds: int = 3) -> None:
     tag = bench_tag()
-    best: dict[str, dict[int, float]] = {name: {} for name in BACKENDS}
+    stored = bentoml.models.get(tag)
+    spec = ModelSpec.of(stored)
+    ids = [e.ids for e in TextTokenizer(stored.path, spec.max_length).encode(short_texts(STREAM))]
+    per_tensor = per_tensor_copy(stored.path)
+    graphs = {  # name → (backend, model directory)
+        "torch fp32": ("torch", stored.path),
+        "onnx fp32": ("onnx", stored.path),
+        "onnx int8 per-token (served)": ("onnx-int8", stored.path),
+        "onnx int8 per-tensor (ORT stock)": ("onnx-int8", per_tensor),
+    }
+    # Load each once, on this thread (torch's pool belongs to the loading thread), then take turns.
+    backends = {name: load_backend(backend, directory, spec, settings.runner_threads) for name, (backend, directory) in graphs.items()}
+    best: dict[str, dict[str, float]] = {name: {} for name in graphs}
     load = [os.getloadavg()[0]]
     for _ in range(rounds):
-        for name in BACKENDS:
-            for row in ceiling(name, tag, BATCH_SIZES)[1]:
-                best[name][row["batch_size"]] = max(best[name].get(row["batch_size"], 0.0), row["sentences_per_s"])
+        for name, backend in backends.items():
+            for mode in MODES:
+                best[name][mode] = round(max(best[name].get(mode, 0.0), rate(backend, spec, ids, mode)), 1)
         load.append(os.getloadavg()[0])
-    results = {
-        name: [{"batch_size": size, "sentences_per_s": rate} for size, rate in by_size.items()] for name, by_size in best.items()
-    }
+    shutil.rmtree(per_tensor)
     report = {
         "model": tag,
-        "texts": "short, 5-30 words",
+        "texts": f"{STREAM} short texts, 5-30 words, pre-tokenized",
         "threads": settings.runner_threads,
         "rounds": rounds,
         "load_average_1m": load,  # other processes on the machine, sampled before and after each round
-        "results": results,
+        "sentences_per_s": best,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "ceiling.json").write_text(json.dumps(report, indent=2) + "\n")
-    for name, rows in results.items():
-        print(name, "  ".join(f"bs{row['batch_size']}: {row['sentences_per_s']:.0f}/s" for row in rows))
+    print(f"{'graph':34s}" + "".join(f"{mode:>12s}" for mode in MODES))
+    for name, rates in best.items():
+        print(f"{name:34s}" + "".join(f"{rates[mode]:12.0f}" for mode in MODES))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ One module, one job:
 - ``drain``        on SIGTERM, the Encoder answers its callers' last calls before it stops
 - ``store``        Hugging Face directory or Hub id → BentoML model store, with its spec as metadata
 - ``export``       stored model → ONNX graphs in its own directory (import time only)
-- ``quantize``     fp32 ONNX graph → int8 (CPU) and fp16 (CUDA) graphs (import time only)
+- ``quantize``     fp32 ONNX graph → per-token int8 (CPU) and fp16 (CUDA) graphs (import time only)
 - ``onnx_layout``  where those graphs live, for the exporter and the ONNX backend
 - ``settings``     serving configuration from ``TEXTBENTO_*`` environment variables
 """

@@ -61,3 +61,10 @@ def test_run_batch_restores_request_order_and_bounds_padding():
     assert [int(row[0]) for row in outputs] == list(range(50))
     assert [int(row[1]) for row in outputs] == [len(s) for s in sequences]
     assert all(rows * width <= 256 or rows == 1 for rows, width in backend.shapes)
+
+
+def test_like_lengths_run_as_one_pass_unlike_ones_are_cut():
+    assert plan_sub_batches([20] * 64, token_budget=8192) == [list(range(64))]
+    lengths = [40, 10] * 32  # one pass of 64 would pad the 32 short ones to 40
+    groups = plan_sub_batches(lengths, token_budget=8192)
+    assert [sorted({lengths[i] for i in group}) for group in groups] == [[10], [40]]

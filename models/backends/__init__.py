@@ -1,7 +1,8 @@
 """Inference backends: padded token ids in, logits (classifiers) or sentence embeddings (embedders) out.
 
 ``torch`` runs the transformers model; ``onnx`` and ``onnx-int8`` run the graphs that
-``models.export`` wrote into the stored model (fp32 or fp16 on CUDA, and dynamic int8 on CPU).
+``models.export`` wrote into the stored model (fused fp32, or fp16 on CUDA, and per-token dynamic
+int8 on CPU). Every backend runs a padded batch as one forward pass.
 ``auto`` picks the fastest of them that passes the accuracy gates of ``tests/test_onnx.py`` on
 the device at hand.
 """
@@ -36,10 +37,10 @@ BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
 def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int) -> Backend:
     """The backend called ``name`` with the model in ``model_dir`` loaded and ready.
 
-    ``auto``, measured on a 2-core CPU with MiniLM (bench/results/ceiling.json): ONNX Runtime
-    int8 runs 1.4-2.6x torch fp32 and stays within the gates (mean cosine 0.993, labels 100%), so
-    it is the CPU choice; on CUDA the fp16 graph. A model stored without ONNX graphs gets torch
-    (fp16 on CUDA) rather than a failure.
+    ``auto``, measured on a 2-core CPU with MiniLM (bench/results/ceiling.json): the per-token
+    int8 graph runs the most sentences/s and passes the accuracy gates against transformers
+    (tests/test_onnx.py: min cosine 0.993, mean 0.999), so it is the CPU choice; on CUDA the fp16
+    graph. A model stored without ONNX graphs gets torch (fp16 on CUDA) rather than a failure.
     """
     if name == "auto":
         from ..onnx_layout import has_onnx
