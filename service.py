@@ -18,23 +18,21 @@ import logging
 import bentoml
 import numpy as np
 from fastapi import FastAPI
+from starlette.responses import Response
 
 from api.errors import ERROR_RESPONSES, APIError, install_error_handlers
 from api.limits import check_sizes, refuse_truncated
 from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, JsonBodyOnly
+from api.responses import json_response, usage
 from api.types import (
-    Classification,
     ClassifyRequest,
     ClassifyResponse,
-    Embedding,
     EmbeddingsRequest,
     EmbeddingsResponse,
-    LabelScore,
     ModelCard,
     ModelList,
     SentimentRequest,
     SentimentResponse,
-    Usage,
 )
 from models.backends import load_backend
 from models.coalesce import Coalescer
@@ -149,30 +147,32 @@ class TextBento:
     async def tokenize(self, texts: list[str]) -> list[Encoded]:
         return await asyncio.to_thread(self.tokenizer.encode, texts)
 
-    def usage(self, encoded: list[Encoded]) -> Usage:
-        tokens = sum(e.tokens for e in encoded)
-        return Usage(prompt_tokens=tokens, total_tokens=tokens)
+    def answer(self, data: list[dict], encoded: list[Encoded]) -> Response:
+        """The list answer of every route, straight to JSON (``api/responses.py``)."""
+        return json_response({"object": "list", "data": data, "model": self.model.tag.name, "usage": usage(sum(e.tokens for e in encoded))})
 
-    @app.post("/v1/classify", response_model=ClassifyResponse, responses=ERROR_RESPONSES)
-    async def classify(self, request: ClassifyRequest) -> ClassifyResponse:
-        encoded, logits = await self.run(request.inputs, "classify", request.truncate, "inputs")
+    def classifications(self, encoded: list[Encoded], logits: list[np.ndarray], top_k: int | None) -> list[dict]:
         data = []
         for index, (row, e) in enumerate(zip(logits, encoded)):
-            ranked = ranked_labels(softmax(row), self.spec.labels, request.top_k or 1)
-            scores = [LabelScore(label=label, score=score) for label, score in ranked] if request.top_k else None
-            data.append(Classification(index=index, label=ranked[0][0], score=ranked[0][1], scores=scores, truncated=e.truncated))
-        return ClassifyResponse(data=data, model=self.model.tag.name, usage=self.usage(encoded))
+            ranked = ranked_labels(softmax(row), self.spec.labels, top_k or 1)
+            scores = [{"label": label, "score": score} for label, score in ranked] if top_k else None
+            data.append({"index": index, "label": ranked[0][0], "score": ranked[0][1], "scores": scores, "truncated": e.truncated})
+        return data
+
+    @app.post("/v1/classify", response_model=ClassifyResponse, responses=ERROR_RESPONSES)
+    async def classify(self, request: ClassifyRequest) -> Response:
+        encoded, logits = await self.run(request.inputs, "classify", request.truncate, "inputs")
+        return self.answer(self.classifications(encoded, logits, request.top_k), encoded)
 
     @app.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERROR_RESPONSES)
-    async def embeddings(self, request: EmbeddingsRequest) -> EmbeddingsResponse:
+    async def embeddings(self, request: EmbeddingsRequest) -> Response:
         if request.model not in self.aliases:
             raise APIError(404, "model_not_found", f"model {request.model!r} is not served here; this server serves {self.model.tag.name!r}", "model")
         if request.dimensions not in (None, self.spec.dimensions):
             raise APIError(400, "invalid_request", f"dimensions must be {self.spec.dimensions} for this model", "dimensions")
         encoded, vectors = await self.run(request.input, "embed", request.truncate, "input")
         encode = base64_floats if request.encoding_format == "base64" else np.ndarray.tolist
-        data = [Embedding(index=i, embedding=encode(vector)) for i, vector in enumerate(vectors)]
-        return EmbeddingsResponse(data=data, model=self.model.tag.name, usage=self.usage(encoded))
+        return self.answer([{"object": "embedding", "index": i, "embedding": encode(vector)} for i, vector in enumerate(vectors)], encoded)
 
     @app.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
     async def models(self) -> ModelList:
@@ -192,8 +192,9 @@ class TextBento:
 
     @app.post("/api/v1/sentiment", response_model=SentimentResponse, responses=ERROR_RESPONSES)
     async def sentiment(self, request: SentimentRequest) -> SentimentResponse:
-        answer = (await self.classify(ClassifyRequest(inputs=request.text))).data[0]
-        return SentimentResponse(label=answer.label, confidence=answer.score)
+        encoded, logits = await self.run([request.text], "classify", True, "inputs")
+        (answer,) = self.classifications(encoded, logits, None)
+        return SentimentResponse(label=answer["label"], confidence=answer["score"])
 
 
 if keys := settings.keys():

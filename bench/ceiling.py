@@ -13,6 +13,8 @@ serving). Ways of batching the same stream of short texts (5-30 words), pre-toke
 - ``served-64``: runs of 64 in arrival order through ``run_batch`` (sorted and cut under the token
   budget inside each run), what the Encoder does with a full batch.
 
+Also each graph's accuracy on the gate texts of ``tests/test_onnx.py`` (``fidelity``).
+
 The main command imports the embedded all-MiniLM-L6-v2 with its ONNX graphs once (as
 ``bench-minilm-onnx``), then measures the graphs in turns, several rounds, keeping each point's best
 round: other processes on a shared machine only ever slow a round down.
@@ -96,6 +98,33 @@ def rate(backend: Backend, spec: ModelSpec, ids: list[np.ndarray], mode: str) ->
     return len(ids) / (time.perf_counter() - started)
 
 
+def fidelity(backend: Backend, spec: ModelSpec, ids: list[np.ndarray], reference: np.ndarray) -> dict[str, float]:
+    """Cosine to ``reference`` (torch fp32) of each text run alone (min, mean; nearest neighbours
+    agreeing), and of alone vs in length-sorted batches of 32 (min)."""
+    alone = np.stack([run_batch(backend, [one], spec.pad_id, settings.token_budget)[0] for one in ids])
+    order = sorted(range(len(ids)), key=lambda index: len(ids[index]))
+    batched = np.empty_like(alone)
+    for start in range(0, len(order), 32):
+        group = order[start : start + 32]
+        batched[group] = backend.forward(*pad([ids[index] for index in group], spec.pad_id))
+
+    def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+    def nearest(vectors: np.ndarray) -> np.ndarray:
+        similarity = vectors @ vectors.T
+        np.fill_diagonal(similarity, -np.inf)
+        return similarity.argmax(1)
+
+    to_reference, invariance = cosine(alone, reference), cosine(alone, batched)
+    return {
+        "min": round(float(to_reference.min()), 4),
+        "mean": round(float(to_reference.mean()), 5),
+        "nearest_neighbour_agreement": round(float(np.mean(nearest(alone) == nearest(reference))), 4),
+        "alone_vs_batched_min": round(float(invariance.min()), 7),
+    }
+
+
 def per_tensor_copy(stored_path: str) -> Path:
     """A scratch copy of the stored model whose int8 graph is ONNX Runtime's per-tensor one."""
     from models.quantize import quantize_int8_per_tensor
@@ -131,6 +160,11 @@ def main(rounds: int = 3) -> None:
     }
     # Load each once, on this thread (torch's pool belongs to the loading thread), then take turns.
     backends = {name: load_backend(backend, directory, spec, settings.runner_threads) for name, (backend, directory) in graphs.items()}
+    from tests.test_onnx import TEXTS  # the gate texts: 240 varied + 27 hard (1-3 tokens, long, code, digits)
+
+    gate_ids = [e.ids for e in TextTokenizer(stored.path, spec.max_length).encode(TEXTS)]
+    reference = np.stack(run_batch(backends["torch fp32"], gate_ids, spec.pad_id, settings.token_budget))
+    accuracy = {name: fidelity(backend, spec, gate_ids, reference) for name, backend in backends.items()}
     best: dict[str, dict[str, float]] = {name: {} for name in graphs}
     load = [os.getloadavg()[0]]
     for _ in range(rounds):
@@ -146,12 +180,14 @@ def main(rounds: int = 3) -> None:
         "rounds": rounds,
         "load_average_1m": load,  # other processes on the machine, sampled before and after each round
         "sentences_per_s": best,
+        "accuracy_texts": f"{len(TEXTS)} texts of tests/test_onnx.py, cosine to torch fp32",
+        "accuracy": accuracy,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "ceiling.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"{'graph':34s}" + "".join(f"{mode:>12s}" for mode in MODES))
     for name, rates in best.items():
-        print(f"{name:34s}" + "".join(f"{rates[mode]:12.0f}" for mode in MODES))
+        print(f"{name:34s}" + "".join(f"{rates[mode]:12.0f}" for mode in MODES), accuracy[name])
 
 
 if __name__ == "__main__":

@@ -80,8 +80,9 @@ def serve(
     env: dict[str, str] | None = None,
     log_path: Path | None = None,
     uvicorn_factory: bool = False,
+    cwd: Path = ROOT,
 ) -> Iterator[Server]:
-    """Yields a ready ``bentoml serve`` of ``target`` (or uvicorn with an app factory); stopped on exit."""
+    """Yields a ready ``bentoml serve`` of ``target`` (or uvicorn with an app factory), run in ``cwd``; stopped on exit."""
     store_home = os.environ.get("BENTOML_HOME", str(Path.home() / "bentoml"))
     home = private_home(store_home)
     port = free_port()
@@ -93,7 +94,7 @@ def serve(
     )
     process = subprocess.Popen(
         [*command, "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT,
+        cwd=cwd,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "BENTOML_HOME": home, **(env or {})},
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -1,8 +1,8 @@
 """Stored model → ONNX files inside the same BentoML model directory.
 
-Everything lands in ``<model dir>/onnx/`` (``models.onnx_layout``): ``model.onnx`` (fp32, with
-ONNX Runtime's transformer fusions), ``model-int8.onnx`` (per-token dynamic int8 of that graph,
-``models.quantize``) and ``model-fp16.onnx`` (fp16 weights and compute, float32 output, for CUDA).
+Everything lands in ``<model dir>/onnx/`` (``models.onnx_layout``): ``model.onnx`` (fp32),
+``model-int8.onnx`` (per-token dynamic int8 of it, ``models.quantize``) and ``model-fp16.onnx``
+(fp16 weights and compute, float32 output, for CUDA).
 
 Every graph takes ``input_ids`` and ``attention_mask`` (int64, ``[batch, sequence]``, both axes
 dynamic) and has one output: ``logits`` ``[batch, labels]`` for classifiers, ``last_hidden_state``
@@ -15,11 +15,8 @@ within noise of it.
 from __future__ import annotations
 
 import logging
-import tempfile
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification
@@ -52,13 +49,14 @@ def output_name(spec: ModelSpec) -> str:
     return "logits" if spec.task == "classify" else "last_hidden_state"
 
 
-def export_plain(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
-    """The unfused fp32 ONNX graph of the ``save_pretrained`` model in ``model_dir``, with dynamic batch and sequence.
+def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
+    """The fp32 ONNX graph of the ``save_pretrained`` model in ``model_dir``, with dynamic batch and sequence.
 
-    The TorchScript exporter, with eager attention: ONNX Runtime's transformer optimizer fuses
-    the attention of its graphs (``fuse``), not of the dynamo exporter's (measured in torch 2.13:
-    no ``Attention`` node from either of its attention implementations). It is deprecated, and
-    the fused graph is 1.2x faster on CPU (docs/design.md, 5); when it goes, so does the fusion.
+    The TorchScript exporter (``dynamo=False``), with eager attention. It is deprecated in torch
+    2.13 but still the faster graph on ONNX Runtime's CPU kernels, measured side by side on
+    all-MiniLM-L6-v2, length-sorted batches of 32, 2 threads (``python -m bench.quantization``,
+    docs/design.md 5): fp32 945 vs 770 sentences/s for the dynamo exporter's graph, per-token
+    int8 1,820 vs 1,340. ONNX Runtime's transformer fusions (fused ``Attention``) made it slower.
     """
     model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
     model = model_class.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
@@ -85,47 +83,8 @@ def export_plain(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
     return target
 
 
-def fuse(plain: Path, model_dir: str | Path, target: Path) -> Path:
-    """ONNX Runtime's transformer fusions (attention, embedding and skip layer norms, bias GELU) of ``plain``.
-
-    Only the portable graph rewrites (``opt_level=0``); a session applies the hardware-specific
-    ones when it loads the graph. Fused attention skips the transposes and per-head MatMuls
-    of the plain graph and takes the padding mask itself.
-    """
-    from onnxruntime.transformers.optimizer import optimize_model
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(str(model_dir))
-    heads, hidden = getattr(config, "num_attention_heads", 0), getattr(config, "hidden_size", 0)
-    with quiet_optimizer():
-        optimized = optimize_model(str(plain), model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=0)
-    optimized.save_model_to_file(str(target))
-    return target
-
-
-@contextmanager
-def quiet_optimizer() -> Iterator[None]:
-    """The optimizer logs every fusion it tries at INFO/WARNING; its results are checked by the tests instead."""
-    names = ("onnxruntime.transformers", "fusion_base", "onnx_model", "fusion_utils")
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
-
-
 def export_model(model_dir: str | Path, spec: ModelSpec) -> list[Path]:
-    """Writes the fp32, int8 and fp16 graphs into ``<model_dir>/onnx/``; returns their paths.
-
-    fp32 and int8 are fused for ONNX Runtime's CPU kernels; fp16 (CUDA) is converted from the
-    plain graph, whose standard ops every execution provider runs.
-    """
+    """Writes the fp32, int8 and fp16 graphs into ``<model_dir>/onnx/``; returns their paths."""
     directory = onnx_dir(model_dir)
-    with tempfile.TemporaryDirectory() as scratch:
-        plain = export_plain(model_dir, spec, Path(scratch) / "plain.onnx")
-        fp32 = fuse(plain, model_dir, directory / FP32)
-        return [fp32, quantize_int8(fp32, directory / INT8), quantize_fp16(plain, directory / FP16)]
+    fp32 = export_fp32(model_dir, spec, directory / FP32)
+    return [fp32, quantize_int8(fp32, directory / INT8), quantize_fp16(fp32, directory / FP16)]

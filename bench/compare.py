@@ -1,0 +1,83 @@
+"""This tree against another revision of textbento, served side by side on the same machine, in turns.
+
+    python -m bench.compare 90c58c9     # → bench/results/compare-90c58c9.json
+
+The machine's speed changes from day to day, so a figure committed another day is no yardstick:
+this checks out ``REF`` in a scratch git worktree, imports the embedded all-MiniLM-L6-v2 with
+each tree's own import CLI (its own export and quantization), then serves each tree in turns,
+several rounds, measuring the same points (``POINTS``); each point keeps its best round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.load import closed_loop
+from bench.serving import ROOT, serve
+from bench.topology import RESULTS, short_texts
+
+POINTS = [(1, 1), (1, 64), (32, 8)]  # (texts per request, concurrency)
+
+
+def import_default(tree: Path, name: str) -> str:
+    """The embedded model imported by ``tree``'s own CLI as ``name``; its tag."""
+    command = [sys.executable, "-m", "train_import.import_model", "--name", name]
+    return subprocess.run(command, cwd=tree, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def measure(tree: Path, tag: str, seconds: float) -> dict[str, dict]:
+    texts = short_texts(2048)
+    rows = {}
+    with serve(env={"TEXTBENTO_MODEL": tag}, cwd=tree) as server:
+        for per_request, concurrency in POINTS:
+            body = lambda i, k=per_request: {"input": [texts[(i * k + j) % len(texts)] for j in range(k)]}  # noqa: E731
+            url = server.url + "/v1/embeddings"
+            asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
+            result = asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request))
+            rows[f"{per_request}x-c{concurrency}"] = result.summary()
+    return rows
+
+
+def better(old: dict | None, new: dict) -> dict:
+    """The better of two rounds of one point: lower p50 at c=1, more texts/s otherwise."""
+    if old is None:
+        return new
+    if new["concurrency"] == 1:
+        return new if new["p50_ms"] < old["p50_ms"] else old
+    return new if new["texts_per_s"] > old["texts_per_s"] else old
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("ref", help="git revision to compare with, e.g. the last landed commit")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=8)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="textbento-compare-"))
+    worktree = scratch / "ref"
+    subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.ref], cwd=ROOT, check=True, capture_output=True)
+    try:
+        trees = {"this tree": (ROOT, import_default(ROOT, "compare-this")), args.ref: (worktree, import_default(worktree, "compare-ref"))}
+        best: dict[str, dict[str, dict]] = {name: {} for name in trees}
+        for _ in range(args.rounds):
+            for name, (tree, tag) in trees.items():
+                for point, row in measure(tree, tag, args.seconds).items():
+                    best[name][point] = better(best[name].get(point), row)
+                print(name, {point: (row["texts_per_s"], row["p50_ms"], row["errors"]) for point, row in best[name].items()}, flush=True)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=True)
+    ratios = {point: round(best["this tree"][point]["texts_per_s"] / best[args.ref][point]["texts_per_s"], 2) for point in best[args.ref]}
+    report = {"ref": args.ref, "rounds": args.rounds, "seconds": args.seconds, "results": best, "texts_per_s_ratio": ratios}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"compare-{args.ref}.json").write_text(json.dumps(report, indent=2) + "\n")
+    print("texts/s, this tree / ref:", ratios)
+
+
+if __name__ == "__main__":
+    main()
