@@ -124,10 +124,8 @@ class TextBento:
         self.encoder_calls = Coalescer(encode, max_items=settings.max_batch_size, in_flight=settings.calls_in_flight)
 
     async def run(self, texts: list[str], task: str, truncate: bool, param: str) -> tuple[list[Encoded], list[np.ndarray]]:
-        """Check, tokenize off the event loop, then encode in runner-sized chunks, concurrently.
-
-        The chunks share calls to the Encoder with other requests' texts (``models/coalesce.py``).
-        """
+        """Check, tokenize off the event loop, then encode; the texts share calls to the Encoder
+        with other requests' texts (``models/coalesce.py``)."""
         if task != self.spec.task:
             raise APIError(400, "wrong_task", f"the served model {self.model.tag.name!r} does {self.spec.task!r}, not {task!r}")
         check_sizes(texts, param, settings.max_inputs, settings.max_chars)
@@ -136,13 +134,10 @@ class TextBento:
                 encoded = await self.tokenize(texts)
                 if not truncate:
                     refuse_truncated(encoded, param, self.spec.max_length)
-                size = settings.max_batch_size
-                chunks = await asyncio.gather(
-                    *(self.encoder_calls.submit([e.ids for e in encoded[i : i + size]]) for i in range(0, len(encoded), size))
-                )
+                outputs = await self.encoder_calls.submit([e.ids for e in encoded])
         except TimeoutError:
             raise APIError(504, "timeout", f"not answered within {settings.timeout_s} s", retry_after=1) from None
-        return encoded, [row for chunk in chunks for row in chunk]
+        return encoded, outputs
 
     async def tokenize(self, texts: list[str]) -> list[Encoded]:
         return await asyncio.to_thread(self.tokenizer.encode, texts)

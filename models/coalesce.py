@@ -22,8 +22,8 @@ Result = TypeVar("Result")
 class Coalescer(Generic[Item, Result]):
     """Sends ``call(items)`` with the items of many ``submit``s, at most ``in_flight`` calls at a time.
 
-    A call carries at most ``max_items`` items (one submit larger than that goes alone), in
-    arrival order. A submit whose caller gave up (timeout, disconnect) before its call left is
+    A call carries at most ``max_items`` items, in arrival order; a larger submit is cut into
+    pieces of ``max_items`` that queue like submits of their own. A submit whose caller gave up (timeout, disconnect) before its call left is
     dropped, so abandoned work is never sent; one already sent is answered and discarded. A failed
     call fails every submit it carried with the same exception.
     """
@@ -36,11 +36,17 @@ class Coalescer(Generic[Item, Result]):
         self.sending: set[asyncio.Task] = set()
 
     async def submit(self, items: list[Item]) -> list[Result]:
-        """The results of ``items``, in order, from whichever call carried them."""
-        future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
-        self.pending.append((items, future))
+        """The results of ``items``, in order, from whichever calls carried them."""
+        loop = asyncio.get_running_loop()
+        pieces = [items[start : start + self.max_items] for start in range(0, len(items), self.max_items)]
+        futures: list[asyncio.Future[list[Result]]] = [loop.create_future() for _ in pieces]
+        self.pending.extend(zip(pieces, futures))
         self.pump()
-        return await future
+        try:
+            return [result for results in await asyncio.gather(*futures) for result in results]
+        finally:  # the caller gave up: pieces not sent yet are dropped (``next_batch``)
+            for future in futures:
+                future.cancel()
 
     def pump(self) -> None:
         while self.pending and len(self.sending) < self.in_flight:

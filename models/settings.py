@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     # "cpu_count" is resolved by BentoML where the service runs, not where the bento was built.
     workers: Annotated[int, Field(ge=1)] | Literal["cpu_count"] = Field("cpu_count", description="API/tokenizer worker processes")
     runner_threads: int = Field(default_factory=_cpu_count, ge=1, description="intra-op CPU threads of the runner")
+    # The size limits, each where it does a job: an API worker's call to the Encoder carries at
+    # most max_batch_size texts (the coalescer cuts and merges requests to it), so that BentoML's
+    # batcher, which merges calls up to the same limit, never has to refuse one; token_budget
+    # then cuts each merged batch into forward passes (models/batching.py).
     max_batch_size: int = Field(64, ge=2, description="most texts in one adaptive batch")
     # BentoML's batcher predicts latency per *call*, whatever its number of texts, so a mix of big
     # and small requests inflates the prediction; shedding only what would time out anyway keeps

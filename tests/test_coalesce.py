@@ -66,7 +66,8 @@ def test_a_call_never_carries_more_than_max_items():
         await settle()
         call.release.set()
         await asyncio.gather(first, *waiting)
-        assert call.calls == [[0], [1, 2, 3], [4, 5], [6, 7, 8, 9, 10]]  # the oversized one alone
+        assert call.calls == [[0], [1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]  # the oversized one cut in pieces
+        assert waiting[2].result() == [12, 14, 16, 18, 20]
 
     asyncio.run(scenario())
 
