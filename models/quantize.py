@@ -10,7 +10,7 @@ one activation scale per tensor, and its CPU ``MatMulInteger`` one zero point; p
 here with standard ops and one contrib op:
 
     a [.., K] → rows [M, K] → per row: range → scale, zero point → QuantizeLinear (axis 0, uint8)
-    → MatMulIntegerToFloat(rows_q, w_q, 1, weight scales) − zero point × column sums of w_q
+    → MatMulIntegerToFloat(rows_q, w_q, 1, weight scales) − zero point ⊗ column sums of w_q (Gemm)
     → × row scale → [.., N]
 
 Measured on all-MiniLM-L6-v2 against torch fp32 (``python -m bench.quantization``, the gate texts
@@ -59,6 +59,7 @@ class PerTokenInt8:
         self.opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
         self.constants: dict[str, onnx.TensorProto] = {}
         self.quantized: dict[str, tuple[str, str, str | None, str]] = {}
+        self.shapes: set[str] = set()
         self.nodes: list[onnx.NodeProto] = []
 
     def rewrite(self) -> onnx.ModelProto:
@@ -92,10 +93,14 @@ class PerTokenInt8:
         return output
 
     def row_reduce(self, op: str, rows: str, output: str) -> str:
-        """``[M, K]`` → ``[M, 1]``; ``axes`` became an input in opset 18."""
+        """``[M, K]`` → ``[M]``; ``axes`` became an input in opset 18."""
         if self.opset >= 18:
-            return self.node(op, [rows, self.const("q_axis1", np.array([1], np.int64))], output, keepdims=1)
-        return self.node(op, [rows], output, axes=[1], keepdims=1)
+            return self.node(op, [rows, self.const("q_axis1", np.array([1], np.int64))], output, keepdims=0)
+        return self.node(op, [rows], output, axes=[1], keepdims=0)
+
+    def column(self, vector: str, output: str) -> str:
+        """``[M]`` → ``[M, 1]``, to scale the rows of an ``[M, N]`` product."""
+        return self.node("Unsqueeze", [vector, self.const("q_axis1", np.array([1], np.int64))], output)
 
     def role(self, activation: str) -> str:
         """``qkv`` (feeds the three attention projections), ``after_gelu`` (FFN down) or ``other``."""
@@ -111,7 +116,10 @@ class PerTokenInt8:
         return producer.op_type in GELU_OPS or any(self.after_gelu(name, depth - 1) for name in producer.input)
 
     def rows(self, activation: str, k: int, symmetric: bool) -> tuple[str, str, str | None, str]:
-        """(uint8 rows ``[M, K]``, row scales ``[M, 1]``, row zero points ``[M, 1]`` or None when 128, leading shape)."""
+        """(uint8 rows ``[M, K]``, row scales ``[M, 1]``, row zero points ``[M, 1]`` or None when 128, leading shape).
+
+        Built once per activation, for every MatMul that reads it (Q, K and V share theirs).
+        """
         if activation in self.quantized:
             return self.quantized[activation]
         p = f"q{len(self.quantized)}_"
@@ -119,24 +127,22 @@ class PerTokenInt8:
         leading = self.node("Slice", [self.node("Shape", [activation], p + "shape"), c("q_0", np.array([0], np.int64)),
                                       c("q_-1", np.array([-1], np.int64))], p + "leading")
         rows = self.node("Reshape", [activation, c(f"q_rows{k}", np.array([-1, k], np.int64))], p + "rows")
-        flat = c("q_-1", np.array([-1], np.int64))
         tiny = c("q_tiny", np.float32(1e-12))
         if symmetric:
             largest = self.row_reduce("ReduceMax", self.node("Abs", [rows], p + "abs"), p + "largest")
             scale = self.node("Max", [self.node("Mul", [largest, c("q_1/127", np.float32(1 / 127))], p + "s"), tiny], p + "scale")
-            scale_1d = self.node("Reshape", [scale, flat], p + "scale_1d")
-            zero_1d = self.node("Expand", [c("q_128", np.uint8(128)), self.node("Shape", [scale_1d], p + "m")], p + "zero_1d")
+            zero_u8 = self.node("Expand", [c("q_128", np.uint8(128)), self.node("Shape", [scale], p + "m")], p + "zero_u8")
             zero = None
         else:  # the range always holds 0, so that 0 is exact, as in ONNX Runtime's DynamicQuantizeLinear
             low = self.node("Min", [self.row_reduce("ReduceMin", rows, p + "min"), c("q_0f", np.float32(0))], p + "low")
             high = self.node("Max", [self.row_reduce("ReduceMax", rows, p + "max"), c("q_0f", np.float32(0))], p + "high")
             spread = self.node("Sub", [high, low], p + "spread")
             scale = self.node("Max", [self.node("Mul", [spread, c("q_1/255", np.float32(1 / 255))], p + "s"), tiny], p + "scale")
-            zero = self.node("Round", [self.node("Neg", [self.node("Div", [low, scale], p + "low_q")], p + "zf")], p + "zero")
-            scale_1d = self.node("Reshape", [scale, flat], p + "scale_1d")
-            zero_1d = self.node("Reshape", [self.node("Cast", [zero], p + "zero_u8", to=TensorProto.UINT8), flat], p + "zero_1d")
-        quantized = self.node("QuantizeLinear", [rows, scale_1d, zero_1d], p + "q", axis=0)
-        self.quantized[activation] = (quantized, scale, zero, leading)
+            # round(-low / scale), saturated to uint8: the zero point, by the same op that quantizes
+            zero_u8 = self.node("QuantizeLinear", [self.node("Neg", [low], p + "-low"), scale], p + "zero_u8", axis=0)
+            zero = self.column(self.node("Cast", [zero_u8], p + "zero_f", to=TensorProto.FLOAT), p + "zero")
+        quantized = self.node("QuantizeLinear", [rows, scale, zero_u8], p + "q", axis=0)
+        self.quantized[activation] = (quantized, self.column(scale, p + "scale_column"), zero, leading)
         return self.quantized[activation]
 
     def matmul(self, node: onnx.NodeProto, weight: np.ndarray, symmetric: bool) -> None:
@@ -148,13 +154,14 @@ class PerTokenInt8:
         kernel_inputs = [quantized, c(p + "w", w_q), c("q_1f", np.float32(1)), c(p + "w_scale", w_scale)]
         if zero is None:
             product = self.node("MatMulIntegerToFloat", [*kernel_inputs, c("q_128", np.uint8(128))], p + "product")
-        else:
-            column_sums = (w_q.astype(np.int64).sum(axis=0) * w_scale).astype(np.float32)
+        else:  # raw − zero ⊗ column sums, as one Gemm (K = 1) that adds to raw in place
+            column_sums = -(w_q.astype(np.int64).sum(axis=0) * w_scale).astype(np.float32)[None, :]
             raw = self.node("MatMulIntegerToFloat", kernel_inputs, p + "raw")
-            offset = self.node("Mul", [zero, c(p + "column_sums", column_sums)], p + "offset")
-            product = self.node("Sub", [raw, offset], p + "product")
+            product = self.node("Gemm", [zero, c(p + "-column_sums", column_sums), raw], p + "product")
         scaled = self.node("Mul", [product, scale], p + "scaled")
-        shape = self.node("Concat", [leading, c(f"q_n{n}", np.array([n], np.int64))], p + "shape", axis=0)
+        shape = f"{leading}_{n}"
+        if shape not in self.shapes:
+            self.shapes.add(self.node("Concat", [leading, c(f"q_n{n}", np.array([n], np.int64))], shape, axis=0))
         self.node("Reshape", [scaled, shape], node.output[0])
 
 
