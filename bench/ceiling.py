@@ -125,6 +125,16 @@ def fidelity(backend: Backend, spec: ModelSpec, ids: list[np.ndarray], reference
     }
 
 
+def ceilings(backend_name: str, tag: str, rounds: int = 2) -> tuple[str, list[dict]]:
+    """The backend ``auto`` resolved to, and ``{"mode", "sentences_per_s"}`` for every way of batching (``MODES``)."""
+    stored = bentoml.models.get(tag)
+    spec = ModelSpec.of(stored)
+    ids = [e.ids for e in TextTokenizer(stored.path, spec.max_length).encode(short_texts(STREAM))]
+    backend = load_backend(backend_name, stored.path, spec, settings.runner_threads)
+    rows = [{"mode": mode, "sentences_per_s": round(max(rate(backend, spec, ids, mode) for _ in range(rounds)), 1)} for mode in MODES]
+    return backend.name, rows
+
+
 def per_tensor_copy(stored_path: str) -> Path:
     """A scratch copy of the stored model whose int8 graph is ONNX Runtime's per-tensor one."""
     from models.quantize import quantize_int8_per_tensor

@@ -12,14 +12,14 @@ def _row(rows: list[dict], mix: str, per_request: int, concurrency: int) -> dict
 def targets(entry: dict) -> list[tuple[str, str, bool]]:
     """The issue's targets for one model: (what, measured, met)."""
     best = max(row["sentences_per_s"] for row in entry["ceiling"])
-    batch1_ms = 1000 / next(row["sentences_per_s"] for row in entry["ceiling"] if row["batch_size"] == 1)
+    batch1_ms = 1000 / next(row["sentences_per_s"] for row in entry["ceiling"] if row["mode"] == "alone")
     ours = entry["systems"]["textbento"]
     naive = entry["systems"].get("naive-fastapi")
     checks = []
     if (r := _row(ours["rows"], "short", 32, 8)) is not None:
-        checks.append(("32 inputs/request, c=8: ≥ 85% of ceiling", f"{r['texts_per_s'] / best:.0%}", r["texts_per_s"] >= 0.85 * best))
+        checks.append(("32 inputs/request, c=8: ≥ 85% of the best ceiling", f"{r['texts_per_s'] / best:.0%}", r["texts_per_s"] >= 0.85 * best))
     if (r := _row(ours["rows"], "short", 1, 64)) is not None:
-        checks.append(("1 input/request, c=64: ≥ 50% of ceiling", f"{r['texts_per_s'] / best:.0%}", r["texts_per_s"] >= 0.5 * best))
+        checks.append(("1 input/request, c=64: ≥ 55% of the best ceiling", f"{r['texts_per_s'] / best:.0%}", r["texts_per_s"] >= 0.55 * best))
         if naive and (n := _row(naive["rows"], "short", 1, 64)):
             ratio = r["texts_per_s"] / max(n["texts_per_s"], 1e-9)
             checks.append(("1 input/request, c=64: ≥ 4× naive FastAPI", f"{ratio:.1f}×", ratio >= 4))
@@ -34,8 +34,8 @@ def targets(entry: dict) -> list[tuple[str, str, bool]]:
 def markdown(report: dict) -> str:
     lines = [f"# Benchmark (backend: {report['backend']})", ""]
     for task, entry in report["models"].items():
-        lines += [f"## {task}: `{entry['tag']}`", "", f"In-process ceiling of `{entry['backend']}` (tokenization included):", ""]
-        lines += ["| batch | sentences/s |", "|---:|---:|"] + [f"| {r['batch_size']} | {r['sentences_per_s']:.0f} |" for r in entry["ceiling"]]
+        lines += [f"## {task}: `{entry['tag']}`", "", f"In-process ceiling of `{entry['backend']}` per way of batching (bench/ceiling.py):", ""]
+        lines += ["| batching | sentences/s |", "|---|---:|"] + [f"| {r['mode']} | {r['sentences_per_s']:.0f} |" for r in entry["ceiling"]]
         lines += ["", "| system | mix | texts/req | conc. | req/s | texts/s | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for name, system in entry["systems"].items():
             for r in system["rows"]:
@@ -63,7 +63,7 @@ def plots(report: dict, directory: Path) -> None:
             throughput.plot([r["concurrency"] for r in rows], [r["texts_per_s"] for r in rows], marker="o", label=name)
             latency.plot([r["concurrency"] for r in rows], [r["p99_ms"] for r in rows], marker="o", label=name)
         best = max(r["sentences_per_s"] for r in entry["ceiling"])
-        throughput.axhline(best, linestyle="--", color="grey", label="in-process ceiling")
+        throughput.axhline(best, linestyle="--", color="grey", label="in-process ceiling (best batching)")
         for axis, title in ((throughput, "texts/s"), (latency, "p99 latency, ms")):
             axis.set_xscale("log", base=2)
             axis.set_xlabel("concurrency (1 short text per request)")

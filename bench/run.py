@@ -89,7 +89,7 @@ def bench_system(name: str, tag: str, task: str, quick: bool) -> dict:
 
 
 def main() -> None:
-    from bench.ceiling import ceiling  # noqa: PLC0415
+    from bench.ceiling import ceilings  # noqa: PLC0415
     from bench.report import write_report  # noqa: PLC0415
     from models.settings import settings  # noqa: PLC0415
 
@@ -100,7 +100,7 @@ def main() -> None:
     tags = import_models()
     report: dict = {"backend": settings.backend, "models": {}}
     for task, tag in tags.items():
-        backend, rows = ceiling(settings.backend, tag, [1, 8, 32, 64])
+        backend, rows = ceilings(settings.backend, tag)
         entry = report["models"][task] = {"tag": tag, "backend": backend, "ceiling": rows, "systems": {}}
         for name in args.systems.split(","):
             print(f"== {task} {name}", flush=True)
