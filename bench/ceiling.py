@@ -108,19 +108,13 @@ def fidelity(backend: Backend, spec: ModelSpec, ids: list[np.ndarray], reference
         group = order[start : start + 32]
         batched[group] = backend.forward(*pad([ids[index] for index in group], spec.pad_id))
 
-    def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    from tests.test_onnx import cosines, nearest_neighbours  # the gates' own measures
 
-    def nearest(vectors: np.ndarray) -> np.ndarray:
-        similarity = vectors @ vectors.T
-        np.fill_diagonal(similarity, -np.inf)
-        return similarity.argmax(1)
-
-    to_reference, invariance = cosine(alone, reference), cosine(alone, batched)
+    to_reference, invariance = cosines(alone, reference), cosines(alone, batched)
     return {
         "min": round(float(to_reference.min()), 4),
         "mean": round(float(to_reference.mean()), 5),
-        "nearest_neighbour_agreement": round(float(np.mean(nearest(alone) == nearest(reference))), 4),
+        "nearest_neighbour_agreement": round(float(np.mean(nearest_neighbours(alone) == nearest_neighbours(reference))), 4),
         "alone_vs_batched_min": round(float(invariance.min()), 7),
     }
 
