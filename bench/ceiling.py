@@ -7,7 +7,8 @@ ONNX Runtime's stock per-tensor int8 (for comparison: not batch-invariant, so ne
 serving). Ways of batching the same stream of short texts (5-30 words), pre-tokenized:
 
 - ``alone``: every text its own forward pass, unpadded;
-- ``arrival-32``: consecutive runs of 32 texts, padded to the longest of each;
+- ``arrival-32``/``arrival-64``: consecutive runs of 32 or 64 texts, each padded to its longest
+  and run as one pass;
 - ``sorted-32``/``sorted-64``: the whole stream sorted by length, then cut: the least padding any
   batcher could reach, and so the ceiling the served figures are compared with;
 - ``served-64``: runs of 64 in arrival order through ``run_batch`` (sorted and cut under the token
@@ -43,7 +44,7 @@ from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
 
 BENCH_MODEL = "bench-minilm-onnx"
-MODES = ("alone", "arrival-32", "sorted-32", "sorted-64", "served-64")
+MODES = ("alone", "arrival-32", "arrival-64", "sorted-32", "sorted-64", "served-64")
 STREAM = 1024  # texts per measured pass
 
 

@@ -2,8 +2,8 @@
 
     python -m bench.quantization       # all-MiniLM-L6-v2 → bench/results/quantization.json
 
-Graphs: the TorchScript export that ``models.export`` stores as fp32 ("plain"), and the same
-graph with ONNX Runtime's transformer fusions (fused ``Attention``, "fused"). Recipes: per-token int8 (``models.quantize``) under
+Graphs: the TorchScript export that ``models.export`` stores as fp32 ("plain"), the same graph
+with ONNX Runtime's transformer fusions (fused ``Attention``, "fused"), and the dynamo exporter's. Recipes: per-token int8 (``models.quantize``) under
 several policies (per role of the MatMul's input: the Q/K/V projections of unfused attention,
 the FFN down-projection after GELU, every other), ONNX Runtime's stock per-tensor dynamic int8,
 and its blockwise 8-bit ``MatMulNBits`` (int8 compute). Accuracy is on the gate texts of
@@ -76,6 +76,28 @@ def quiet_optimizer() -> Iterator[None]:
             logger.setLevel(level)
 
 
+def export_dynamo(model_dir: str, spec: ModelSpec, target: Path) -> Path:
+    """The same model through torch's dynamo exporter (onnxscript), the maintained one."""
+    import torch
+    from transformers import AutoModel
+
+    from models.export import SingleOutput
+
+    model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval()
+    input_ids = torch.arange(100, 116, dtype=torch.int64).reshape(2, 8)
+    attention_mask = torch.ones(2, 8, dtype=torch.int64)
+    attention_mask[1, 5:] = 0
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    with torch.no_grad():
+        program = torch.onnx.export(
+            SingleOutput(model, "last_hidden_state"), (input_ids, attention_mask), dynamo=True,
+            input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
+            dynamic_shapes=({0: batch, 1: sequence}, {0: batch, 1: sequence}), verbose=False,
+        )
+    program.save(str(target))
+    return target
+
+
 def matmul_nbits(source: Path, target: Path) -> Path:
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
@@ -92,6 +114,8 @@ def policy(choice: dict[str, str]) -> Callable[[Path, Path], Path]:
 
 # name → (graph, how its int8 graph is made from the fp32 one; None: the fp32 graph itself)
 RECIPES: dict[str, tuple[str, Callable[[Path, Path], Path] | None]] = {
+    "fp32 dynamo exporter": ("dynamo", None),
+    "per-token, all asymmetric, dynamo exporter": ("dynamo", policy(SERVED_POLICY)),
     "fp32 plain": ("plain", None),
     "fp32 fused": ("fused", None),
     "per-tensor (ORT stock), plain": ("plain", quantize_int8_per_tensor),
@@ -136,6 +160,7 @@ def main(rounds: int = 3) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="quantization-"))
     graphs = {"plain": export_fp32(stored.path, spec, scratch / "plain.onnx")}
     graphs["fused"] = fuse(graphs["plain"], stored.path, scratch / "fused.onnx")
+    graphs["dynamo"] = export_dynamo(stored.path, spec, scratch / "dynamo.onnx")
     results, directories = {}, {}
     for name, (graph, make) in RECIPES.items():
         directory = directories[name] = scratch / name.replace(" ", "_").replace("/", "_")
