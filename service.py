@@ -3,8 +3,8 @@
     client ─JSON─▶ TextBento × N workers ──────────────────────▶ Encoder × 1 per device
                    validate (pydantic)                           adaptive batching across requests
                    tokenize in a thread, never on the loop       sort by length, cut, pad, forward
-                   merge concurrent requests into shared calls   (ONNX Runtime int8 on CPU by default)
-                   softmax / labels / base64 ◀── logits or embeddings ──┘
+                   merge concurrent requests into shared calls   (ONNX Runtime per-token int8 on CPU
+                   scores / labels / base64 ◀── logits or embeddings ── by default)
 
 Configuration: ``TEXTBENTO_*`` environment variables (``models/settings.py``).
 """
@@ -23,6 +23,7 @@ from starlette.responses import Response
 from api.errors import ERROR_RESPONSES, APIError, install_error_handlers
 from api.limits import check_sizes, refuse_truncated
 from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, JsonBodyOnly
+from api.options import check_dimensions, prompt_for
 from api.responses import json_response, usage
 from api.types import (
     ClassifyRequest,
@@ -31,6 +32,8 @@ from api.types import (
     EmbeddingsResponse,
     ModelCard,
     ModelList,
+    RerankRequest,
+    RerankResponse,
     SentimentRequest,
     SentimentResponse,
 )
@@ -39,10 +42,10 @@ from models.coalesce import Coalescer
 from models.dispatch import dispatch_when_free
 from models.drain import Drain
 from models.inference import InferenceThread, run_batch
-from models.postprocess import ranked_labels, softmax
+from models.postprocess import ranked_labels, scores, truncate_dimensions
 from models.settings import settings
 from models.spec import ModelSpec
-from models.tokenization import Encoded, TextTokenizer
+from models.tokenization import Encoded, TextInput, TextTokenizer
 
 dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
 MODEL = bentoml.models.BentoModel(settings.model)
@@ -123,7 +126,7 @@ class TextBento:
         encode = lambda token_ids: self.encoder.to_async.encode(token_ids)  # noqa: E731
         self.encoder_calls = Coalescer(encode, max_items=settings.max_batch_size, in_flight=settings.calls_in_flight)
 
-    async def run(self, texts: list[str], task: str, truncate: bool, param: str) -> tuple[list[Encoded], list[np.ndarray]]:
+    async def run(self, texts: list[TextInput], task: str, truncate: bool, param: str) -> tuple[list[Encoded], list[np.ndarray]]:
         """Check, tokenize off the event loop, then encode; the texts share calls to the Encoder
         with other requests' texts (``models/coalesce.py``)."""
         if task != self.spec.task:
@@ -142,14 +145,22 @@ class TextBento:
     async def tokenize(self, texts: list[str]) -> list[Encoded]:
         return await asyncio.to_thread(self.tokenizer.encode, texts)
 
+    def check_model(self, name: str | None) -> None:
+        if name not in self.aliases:
+            raise APIError(404, "model_not_found", f"model {name!r} is not served here; this server serves {self.model.tag.name!r}", "model")
+
     def answer(self, data: list[dict], encoded: list[Encoded]) -> Response:
         """The list answer of every route, straight to JSON (``api/responses.py``)."""
-        return json_response({"object": "list", "data": data, "model": self.model.tag.name, "usage": usage(sum(e.tokens for e in encoded))})
+        return json_response({"object": "list", "data": data, "model": self.model.tag.name, "usage": self.usage(encoded)})
 
-    def classifications(self, encoded: list[Encoded], logits: list[np.ndarray], top_k: int | None) -> list[dict]:
+    def usage(self, encoded: list[Encoded]) -> dict[str, int]:
+        return usage(sum(e.tokens for e in encoded))
+
+    def classifications(self, encoded: list[Encoded], logits: list[np.ndarray], top_k: int | None, raw: bool = False) -> list[dict]:
+        """One answer per text: its best label and score, and the ``top_k`` best when asked for."""
         data = []
         for index, (row, e) in enumerate(zip(logits, encoded)):
-            ranked = ranked_labels(softmax(row), self.spec.labels, top_k or 1)
+            ranked = ranked_labels(row if raw else scores(row, self.spec.activation), self.spec.labels, top_k or 1)
             scores = [{"label": label, "score": score} for label, score in ranked] if top_k else None
             data.append({"index": index, "label": ranked[0][0], "score": ranked[0][1], "scores": scores, "truncated": e.truncated})
         return data
@@ -157,17 +168,34 @@ class TextBento:
     @app.post("/v1/classify", response_model=ClassifyResponse, responses=ERROR_RESPONSES)
     async def classify(self, request: ClassifyRequest) -> Response:
         encoded, logits = await self.run(request.inputs, "classify", request.truncate, "inputs")
-        return self.answer(self.classifications(encoded, logits, request.top_k), encoded)
+        return self.answer(self.classifications(encoded, logits, request.top_k, request.raw_scores), encoded)
 
     @app.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERROR_RESPONSES)
     async def embeddings(self, request: EmbeddingsRequest) -> Response:
-        if request.model not in self.aliases:
-            raise APIError(404, "model_not_found", f"model {request.model!r} is not served here; this server serves {self.model.tag.name!r}", "model")
-        if request.dimensions not in (None, self.spec.dimensions):
-            raise APIError(400, "invalid_request", f"dimensions must be {self.spec.dimensions} for this model", "dimensions")
-        encoded, vectors = await self.run(request.input, "embed", request.truncate, "input")
+        self.check_model(request.model)
+        check_dimensions(self.spec, request.dimensions)
+        prompt = prompt_for(self.spec, request.prompt_name, request.prompt)
+        encoded, vectors = await self.run([prompt + text for text in request.input], "embed", request.truncate, "input")
         encode = base64_floats if request.encoding_format == "base64" else np.ndarray.tolist
+        vectors = [truncate_dimensions(vector, request.dimensions, self.spec.normalize) for vector in vectors]
         return self.answer([{"object": "embedding", "index": i, "embedding": encode(vector)} for i, vector in enumerate(vectors)], encoded)
+
+    @app.post("/v1/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
+    async def rerank(self, request: RerankRequest) -> Response:
+        """The documents by relevance to the query: each pair scored by the cross-encoder, best first."""
+        self.check_model(request.model)
+        if self.spec.task == "classify" and len(self.spec.labels) != 1:
+            raise APIError(400, "wrong_task", f"the served model {self.model.tag.name!r} has {len(self.spec.labels)} labels; "
+                           "a reranker (cross-encoder) has one", "model")
+        pairs = [(request.query, document) for document in request.documents]
+        encoded, logits = await self.run(pairs, "classify", True, "documents")
+        relevance = [float(scores(row, self.spec.activation)[0]) for row in logits]
+        best_first = sorted(range(len(pairs)), key=lambda index: -relevance[index])[: request.top_n]
+        results = [
+            {"index": i, "relevance_score": relevance[i], **({"document": {"text": pairs[i][1]}} if request.return_documents else {})}
+            for i in best_first
+        ]
+        return json_response({"model": self.model.tag.name, "results": results, "usage": self.usage(encoded)})
 
     @app.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
     async def models(self) -> ModelList:
@@ -180,6 +208,9 @@ class TextBento:
             labels=list(self.spec.labels),
             max_length=self.spec.max_length,
             dimensions=self.spec.dimensions,
+            pooling=self.spec.pooling if self.spec.task == "embed" else None,
+            prompts=self.spec.prompts,
+            default_prompt_name=self.spec.default_prompt_name,
             source=self.spec.source,
             **device,
         )

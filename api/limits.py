@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from models.tokenization import Encoded
+from models.tokenization import Encoded, TextInput
 
 from .errors import APIError
 
 
-def check_sizes(texts: Sequence[str], param: str, max_inputs: int, max_chars: int) -> None:
-    """413 for more than ``max_inputs`` texts, or for a text over ``max_chars`` characters."""
+def check_sizes(texts: Sequence[TextInput], param: str, max_inputs: int, max_chars: int) -> None:
+    """413 for more than ``max_inputs`` inputs, or for an input (a text, or a pair's two) over ``max_chars`` characters."""
     if len(texts) > max_inputs:
         raise APIError(413, "too_many_inputs", f"{len(texts)} inputs in one request; the limit is {max_inputs}", param)
-    longest = max(range(len(texts)), key=lambda index: len(texts[index]))
-    if len(texts[longest]) > max_chars:
+    sizes = [len(text) if isinstance(text, str) else sum(map(len, text)) for text in texts]
+    longest = max(range(len(texts)), key=sizes.__getitem__)
+    if sizes[longest] > max_chars:
         raise APIError(
-            413, "input_too_long", f"input {longest} has {len(texts[longest])} characters; the limit is {max_chars}", f"{param}.{longest}"
+            413, "input_too_long", f"input {longest} has {sizes[longest]} characters; the limit is {max_chars}", f"{param}.{longest}"
         )
 
 

@@ -19,6 +19,11 @@ def _as_list(value: object) -> object:
 Text = Annotated[str, StringConstraints(min_length=1)]
 # One text or a non-empty list of texts, always a list once validated; errors name the item.
 Texts = Annotated[list[Text], BeforeValidator(_as_list, json_schema_input_type=str | list[str]), Field(min_length=1)]
+# For classifiers: texts, or pairs [query, passage] that a cross-encoder reads together.
+TextOrPair = Text | tuple[Text, Text]
+Inputs = Annotated[
+    list[TextOrPair], BeforeValidator(_as_list, json_schema_input_type=str | list[str | tuple[str, str]]), Field(min_length=1)
+]
 
 
 class Request(BaseModel):
@@ -35,13 +40,14 @@ class Usage(BaseModel):
 
 
 class ClassifyRequest(Request):
-    """``POST /v1/classify``: one text or a list of texts."""
+    """``POST /v1/classify``: one text, or a list of texts and ``[text, text]`` pairs."""
 
-    inputs: Texts
+    inputs: Inputs
     top_k: Annotated[int, Field(ge=1)] | None = Field(
         None, description="also return the k most probable labels with their scores"
     )
     truncate: bool = Field(True, description="cut texts longer than the model's limit (else 413)")
+    raw_scores: bool = Field(False, description="logits instead of the model's scores (softmax, or sigmoid per label)")
 
 
 class LabelScore(BaseModel):
@@ -72,9 +78,13 @@ class EmbeddingsRequest(Request):
     input: Texts
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Annotated[int, Field(ge=1)] | None = None
+    dimensions: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="fewer than the model's: the first ones, unit length again (Matryoshka models)"
+    )
     user: str | None = None
     truncate: bool = Field(True, description="cut texts longer than the model's limit (else 413)")
+    prompt_name: str | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
+    prompt: str | None = Field(None, description="a text put before every input (instead of the model's default prompt)")
 
 
 class Embedding(BaseModel):
@@ -104,6 +114,9 @@ class ModelCard(BaseModel):
     labels: list[str]
     max_length: int
     dimensions: int | None
+    pooling: str | None
+    prompts: dict[str, str]
+    default_prompt_name: str | None
     backend: str
     device: str
     source: str
@@ -112,6 +125,34 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class RerankRequest(Request):
+    """``POST /v1/rerank``, in the shape Cohere's and Jina's clients send."""
+
+    model: str | None = None
+    query: Text
+    documents: Annotated[list[Text], Field(min_length=1)]
+    top_n: Annotated[int, Field(ge=1)] | None = Field(None, description="return only the n most relevant documents")
+    return_documents: bool = Field(False, description="echo each document's text in its result")
+
+
+class RerankDocument(BaseModel):
+    text: str
+
+
+class RerankResult(BaseModel):
+    """One document: its position in the request and its relevance to the query."""
+
+    index: int
+    relevance_score: float
+    document: RerankDocument | None = None
+
+
+class RerankResponse(BaseModel):
+    model: str
+    results: list[RerankResult]
+    usage: Usage
 
 
 class SentimentRequest(Request):

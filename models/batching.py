@@ -46,6 +46,22 @@ def plan_sub_batches(lengths: Sequence[int], token_budget: int, pass_cost: int =
     return groups[::-1]
 
 
+# A text pair's second text travels as token ids with its token type in the high bits, so that
+# one int32 array per text still carries everything (API workers → Encoder → batching); vocabularies
+# stay far below 2**24 ids.
+SEGMENT_SHIFT = 24
+
+
+def with_segments(ids: np.ndarray, type_ids: np.ndarray) -> np.ndarray:
+    """Token ids with their token type ids folded in (``split_segments`` undoes it)."""
+    return ids | (type_ids.astype(ids.dtype) << SEGMENT_SHIFT)
+
+
+def split_segments(input_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(token ids, token type ids) of padded ids built with ``with_segments``."""
+    return input_ids & ((1 << SEGMENT_SHIFT) - 1), input_ids >> SEGMENT_SHIFT
+
+
 def pad(sequences: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
     """(input_ids, attention_mask), both ``[rows, longest]`` int64, right-padded with ``pad_id``."""
     width = max(len(sequence) for sequence in sequences)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from transformers import PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from .spec import ModelSpec, Pooling, Task
+from .spec import Activation, ModelSpec, Pooling, Task
 
 
 class UnsupportedModel(ValueError):
@@ -43,24 +43,77 @@ def read_labels(config: PretrainedConfig) -> tuple[str, ...]:
     return tuple(str(config.id2label[index]) for index in range(config.num_labels))
 
 
+def read_activation(config: PretrainedConfig) -> Activation:
+    """How the classifier's own library turns its logits into scores.
+
+    transformers' ``problem_type`` says it for multi-label models (a sigmoid per label);
+    sentence-transformers' CrossEncoder applies a sigmoid to a single logit; softmax otherwise.
+    """
+    if config.num_labels == 1 or config.problem_type == "multi_label_classification":
+        return "sigmoid"
+    return "softmax"
+
+
 def _read_json(path: Path) -> Any:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def read_sentence_transformers(model_dir: Path) -> tuple[Pooling, bool, int | None]:
-    """(pooling, normalize, max_seq_length) from sentence-transformers files; defaults without them."""
+# The sentence-transformers modules textbento computes exactly as the library does; anything
+# else in a pipeline is refused at import rather than served with different vectors.
+REPRODUCED_MODULES = ("Transformer", "Pooling", "Normalize")
+POOLING_MODES: dict[str, Pooling] = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+}
+
+
+def read_pooling(config: dict[str, Any]) -> Pooling:
+    """The one pooling mode of a sentence-transformers Pooling config; others are refused by name."""
+    modes = [key for key, value in config.items() if key.startswith("pooling_mode_") and value]
+    if len(modes) != 1 or modes[0] not in POOLING_MODES:
+        raise UnsupportedModel(
+            f"sentence-transformers pooling {' + '.join(modes) or 'with no mode'} is not reproduced by textbento "
+            f"(it pools with exactly one of: {', '.join(POOLING_MODES)})"
+        )
+    return POOLING_MODES[modes[0]]
+
+
+class SentenceTransformersSettings(NamedTuple):
+    pooling: Pooling = "mean"
+    normalize: bool = False
+    max_seq_length: int | None = None
+    prompts: dict[str, str] = {}
+    default_prompt_name: str | None = None
+
+
+def read_sentence_transformers(model_dir: Path) -> SentenceTransformersSettings:
+    """The embedding pipeline from sentence-transformers files; defaults (mean pooling) without them.
+
+    Raises ``UnsupportedModel`` for a pipeline textbento would compute differently: a module it
+    does not reproduce (Dense, LayerNorm, ...), a pooling mode it lacks, or pooling that leaves
+    the prompt out.
+    """
     modules = _read_json(model_dir / "modules.json") or []
     pooling: Pooling = "mean"
     for module in modules:
-        if module.get("type", "").endswith("models.Pooling"):
+        kind = module.get("type", "").rsplit(".", 1)[-1]
+        if kind not in REPRODUCED_MODULES:
+            raise UnsupportedModel(
+                f"sentence-transformers module {module.get('path') or module.get('name')!r} ({module.get('type')}) "
+                f"is not reproduced by textbento (only {', '.join(REPRODUCED_MODULES)}): serving without it "
+                "would give different vectors"
+            )
+        if kind == "Pooling":
             pooling_config = _read_json(model_dir / module.get("path", "") / "config.json") or {}
-            if pooling_config.get("pooling_mode_cls_token"):
-                pooling = "cls"
-            elif pooling_config.get("pooling_mode_max_tokens"):
-                pooling = "max"
+            pooling = read_pooling(pooling_config)
+            if not pooling_config.get("include_prompt", True):
+                raise UnsupportedModel("sentence-transformers pooling with include_prompt: false is not reproduced by textbento")
+    settings = _read_json(model_dir / "config_sentence_transformers.json") or {}
     normalize = any(module.get("type", "").endswith("models.Normalize") for module in modules)
     sbert_config = _read_json(model_dir / "sentence_bert_config.json") or {}
-    return pooling, normalize, sbert_config.get("max_seq_length")
+    prompts = {str(name): str(text) for name, text in (settings.get("prompts") or {}).items()}
+    return SentenceTransformersSettings(pooling, normalize, sbert_config.get("max_seq_length"), prompts, settings.get("default_prompt_name") or None)
 
 
 def model_max_length(config: PretrainedConfig, tokenizer_limit: int) -> int:
@@ -91,12 +144,17 @@ def detect_spec(
                 "--task classify needs a *ForSequenceClassification model; "
                 f"this one is {', '.join(config.architectures or [config.model_type])}"
             )
-        return ModelSpec(max_length=max_length, labels=read_labels(config), **common)
-    pooling, normalize, sbert_max_length = read_sentence_transformers(model_dir)
+        token_types = getattr(config, "type_vocab_size", 1) > 1
+        return ModelSpec(
+            max_length=max_length, labels=read_labels(config), activation=read_activation(config), token_types=token_types, **common
+        )
+    pipeline = read_sentence_transformers(model_dir)
     return ModelSpec(
-        max_length=min(sbert_max_length or max_length, max_length),
-        pooling=pooling,
-        normalize=normalize,
+        max_length=min(pipeline.max_seq_length or max_length, max_length),
+        pooling=pipeline.pooling,
+        normalize=pipeline.normalize,
         dimensions=config.hidden_size,
+        prompts=pipeline.prompts,
+        default_prompt_name=pipeline.default_prompt_name,
         **common,
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification
 
-from .onnx_layout import FP16, FP32, INPUTS, INT8, onnx_dir
+from .onnx_layout import FP16, FP32, INPUTS, INT8, TOKEN_TYPES, onnx_dir
 from .quantize import quantize_fp16, quantize_int8
 from .spec import ModelSpec
 
@@ -40,8 +40,8 @@ class SingleOutput(torch.nn.Module):
         self.model = model
         self.output = output
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask), self.output)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids), self.output)
 
 
 def output_name(spec: ModelSpec) -> str:
@@ -64,7 +64,9 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
     input_ids = torch.arange(100, 116, dtype=torch.int64).reshape(2, 8)
     attention_mask = torch.ones(2, 8, dtype=torch.int64)
     attention_mask[1, 5:] = 0
-    axes = {name: {0: "batch", 1: "sequence"} for name in (*INPUTS, output_name(spec))}
+    inputs = (*INPUTS, TOKEN_TYPES) if spec.token_types else INPUTS
+    examples = (input_ids, attention_mask, (input_ids % 2)) if spec.token_types else (input_ids, attention_mask)
+    axes = {name: {0: "batch", 1: "sequence"} for name in (*inputs, output_name(spec))}
     if spec.task == "classify":
         axes[output_name(spec)] = {0: "batch"}
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -72,10 +74,10 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
         warnings.simplefilter("ignore")  # export-time deprecation chatter from torch and transformers
         torch.onnx.export(
             SingleOutput(model, output_name(spec)),
-            (input_ids, attention_mask),
+            examples,
             str(target),
             dynamo=False,
-            input_names=list(INPUTS),
+            input_names=list(inputs),
             output_names=[output_name(spec)],
             dynamic_axes=axes,
             opset_version=17,

@@ -12,6 +12,7 @@ FP32 = "model.onnx"  # the ``onnx`` backend on CPU
 INT8 = "model-int8.onnx"  # the ``onnx-int8`` backend (CPU only)
 FP16 = "model-fp16.onnx"  # the ``onnx`` backend on CUDA
 INPUTS = ("input_ids", "attention_mask")  # int64, [batch, sequence]
+TOKEN_TYPES = "token_type_ids"  # a third input, for classifiers with ``ModelSpec.token_types``
 
 
 def onnx_dir(model_dir: str | Path) -> Path:

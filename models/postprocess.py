@@ -1,4 +1,4 @@
-"""Model outputs → answers: softmax and labels for classifiers, pooling and normalisation for embedders."""
+"""Model outputs → answers: scores and labels for classifiers, pooling and normalisation for embedders."""
 
 from __future__ import annotations
 
@@ -6,13 +6,23 @@ from typing import Sequence
 
 import numpy as np
 
-from .spec import Pooling
+from .spec import Activation, Pooling
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise softmax, stable for large logits."""
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """Element-wise logistic function, stable for large logits of either sign."""
+    return np.exp(-np.logaddexp(0, -logits))
+
+
+def scores(logits: np.ndarray, activation: Activation) -> np.ndarray:
+    """A classifier's scores from its logits, as its library computes them (``ModelSpec.activation``)."""
+    return sigmoid(logits) if activation == "sigmoid" else softmax(logits)
 
 
 def ranked_labels(probabilities: np.ndarray, labels: Sequence[str], top_k: int) -> list[tuple[str, float]]:
@@ -35,6 +45,14 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     """Unit-length rows (zero rows stay zero), as sentence-transformers' Normalize module does."""
     norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
     return vectors / np.clip(norms, 1e-12, None)
+
+
+def truncate_dimensions(vector: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
+    """The first ``dimensions`` of a Matryoshka embedding, unit length again when the model normalizes."""
+    if dimensions is None or dimensions >= len(vector):
+        return vector
+    cut = vector[:dimensions]
+    return l2_normalize(cut) if normalize else cut
 
 
 def sentence_embeddings(

@@ -8,26 +8,37 @@ from typing import Any, Literal
 
 Task = Literal["classify", "embed"]
 Pooling = Literal["mean", "cls", "max"]
+Activation = Literal["softmax", "sigmoid"]
 
 TASKS: tuple[Task, ...] = ("classify", "embed")
 POOLINGS: tuple[Pooling, ...] = ("mean", "cls", "max")
+ACTIVATIONS: tuple[Activation, ...] = ("softmax", "sigmoid")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     """Everything the service needs to know to run a stored model and shape its answers.
 
-    ``labels`` is the classifier's ``id2label`` in index order (empty for embedders);
-    ``pooling``/``normalize``/``dimensions`` describe the embedding (ignored for classifiers);
-    ``pad_id`` is the tokenizer's padding id, which the runner needs without loading the tokenizer.
+    ``labels`` is the classifier's ``id2label`` in index order (empty for embedders), and
+    ``activation`` turns its logits into scores as its libraries do: a sigmoid per label for one
+    logit (cross-encoders) and multi-label models, a softmax over the labels otherwise;
+    ``token_types``: the classifier tells the two texts of a pair apart by token type ids (BERT's
+    segments; cross-encoders need them). ``pooling``/``normalize``/``dimensions`` describe the
+    embedding, ``prompts`` (name → text put before the input) and ``default_prompt_name`` are
+    sentence-transformers' (ignored for classifiers). ``pad_id`` is the tokenizer's padding id,
+    which the runner needs without loading the tokenizer.
     """
 
     task: Task
     max_length: int
     labels: tuple[str, ...] = ()
+    activation: Activation = "softmax"
+    token_types: bool = False
     pooling: Pooling = "mean"
     normalize: bool = False
     dimensions: int | None = None
+    prompts: dict[str, str] = dataclasses.field(default_factory=dict)
+    default_prompt_name: str | None = None
     pad_id: int = 0
     source: str = ""
     revision: str | None = None
@@ -35,12 +46,16 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"unknown task {self.task!r}; expected one of {TASKS}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}; expected one of {ACTIVATIONS}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {self.pooling!r}; expected one of {POOLINGS}")
         if self.max_length < 2:
             raise ValueError(f"max_length must be at least 2, got {self.max_length}")
         if self.task == "classify" and len(self.labels) < 1:
             raise ValueError("a classifier needs at least one label")
+        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+            raise ValueError(f"the default prompt {self.default_prompt_name!r} is not one of the prompts {sorted(self.prompts)}")
 
     def to_metadata(self) -> dict[str, Any]:
         # The store accepts no None values: unset fields are left out and default on the way back.
@@ -58,4 +73,6 @@ class ModelSpec:
         known = {field.name for field in dataclasses.fields(cls)}
         values = {key: value for key, value in metadata.items() if key in known}
         values["labels"] = tuple(values.get("labels") or ())
+        # Stored before the activation was recorded: one logit was always a sigmoid's.
+        values.setdefault("activation", "sigmoid" if len(values["labels"]) == 1 else "softmax")
         return cls(**values)

@@ -9,10 +9,16 @@ from typing import Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
+from .batching import with_segments
+
+# One text, or a pair (query, passage) tokenized together as a cross-encoder reads it.
+TextInput = str | tuple[str, str]
+
 
 @dataclass(frozen=True)
 class Encoded:
-    """One text as the runner sees it: its token ids (special tokens included) and whether it was cut."""
+    """One input as the runner sees it: its token ids (special tokens included; a pair's second text
+    with its token type folded in, ``models.batching.with_segments``) and whether it was cut."""
 
     ids: np.ndarray
     truncated: bool
@@ -36,8 +42,12 @@ class TextTokenizer:
         self._backend.enable_truncation(max_length)
         self.max_length = max_length
 
-    def encode(self, texts: Sequence[str]) -> list[Encoded]:
-        return [
-            Encoded(np.asarray(encoding.ids, dtype=np.int32), bool(encoding.overflowing))
-            for encoding in self._backend.encode_batch(list(texts))
-        ]
+    def encode(self, texts: Sequence[TextInput]) -> list[Encoded]:
+        """Texts and pairs alike; a pair is truncated longest text first, as transformers does."""
+        encoded = []
+        for text, encoding in zip(texts, self._backend.encode_batch(list(texts))):
+            ids = np.asarray(encoding.ids, dtype=np.int32)
+            if isinstance(text, tuple):
+                ids = with_segments(ids, np.asarray(encoding.type_ids, dtype=np.int32))
+            encoded.append(Encoded(ids, bool(encoding.overflowing)))
+        return encoded

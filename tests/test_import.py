@@ -27,7 +27,50 @@ def test_rejects_decoder_only_and_encoder_decoder(config):
 
 
 def test_reads_sentence_transformers_settings():
-    assert read_sentence_transformers(default_model_dir()) == ("mean", True, 256)
+    assert read_sentence_transformers(default_model_dir())[:3] == ("mean", True, 256)
+
+
+def sentence_transformers_dir(tmp_path, modules: list[str], pooling: dict | None = None, settings: dict | None = None):
+    """The embedded MiniLM with its sentence-transformers files rewritten: ``modules`` by type name."""
+    directory = tmp_path / "st"
+    shutil.copytree(default_model_dir(), directory)
+    entries = [{"idx": i, "name": str(i), "path": "" if kind == "Transformer" else f"{i}_{kind}", "type": f"sentence_transformers.models.{kind}"}
+               for i, kind in enumerate(modules)]
+    (directory / "modules.json").write_text(json.dumps(entries))
+    for entry in entries:
+        if entry["path"]:
+            (directory / entry["path"]).mkdir(exist_ok=True)
+    if pooling is not None:
+        (directory / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 384, **pooling}))
+    if settings is not None:
+        (directory / "config_sentence_transformers.json").write_text(json.dumps(settings))
+    return directory
+
+
+@pytest.mark.parametrize(
+    "modules, pooling, settings, expected",
+    [
+        (["Transformer", "Pooling", "Dense", "Normalize"], None, None, "'2_Dense' (sentence_transformers.models.Dense) is not reproduced"),
+        (["Transformer", "Pooling", "LayerNorm"], None, None, "'2_LayerNorm' (sentence_transformers.models.LayerNorm) is not reproduced"),
+        (["Transformer", "Pooling"], {"pooling_mode_weightedmean_tokens": True}, None, "pooling pooling_mode_weightedmean_tokens is not"),
+        (["Transformer", "Pooling"], {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": True}, None, "pooling_mode_cls_token + "),
+        (["Transformer", "Pooling"], {"pooling_mode_lasttoken": True}, None, "pooling pooling_mode_lasttoken is not"),
+        (["Transformer", "Pooling"], {"pooling_mode_mean_tokens": True, "include_prompt": False}, None, "include_prompt: false"),
+    ],
+)
+def test_a_pipeline_it_would_compute_differently_is_refused(tmp_path, capsys, modules, pooling, settings, expected):
+    directory = sentence_transformers_dir(tmp_path, modules, pooling, settings)
+    before = _store_size()
+    assert main(["--path", str(directory), "--name", "bad", "--no-onnx"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert expected in err and "\n" not in err, err
+    assert _store_size() == before
+
+
+def test_a_pipeline_it_reproduces_is_read(tmp_path):
+    directory = sentence_transformers_dir(tmp_path, ["Transformer", "Pooling"], {"pooling_mode_cls_token": True},
+                                          {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query"})
+    assert read_sentence_transformers(directory) == ("cls", False, 256, {"query": "query: ", "passage": "passage: "}, "query")
 
 
 def test_default_import_records_the_spec(embed_tag):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from models.postprocess import l2_normalize, pool, ranked_labels, sentence_embeddings, softmax
+from models.postprocess import l2_normalize, pool, ranked_labels, scores, sentence_embeddings, softmax
 
 HIDDEN = np.array([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]], dtype=np.float32)
 MASK = np.array([[1, 1, 0]])
@@ -36,3 +36,10 @@ def test_ranked_labels_most_probable_first():
     ranked = ranked_labels(np.array([0.1, 0.7, 0.2]), ["a", "b", "c"], top_k=2)
     assert [label for label, _ in ranked] == ["b", "c"]
     assert np.isclose(ranked[0][1], 0.7)
+
+
+def test_sigmoid_scores_for_one_logit_and_multi_label_models():
+    logits = np.array([[-800.0, 0.0, 800.0], [2.0, -1.0, 0.5]])
+    assert np.allclose(scores(logits, "sigmoid"), 1 / (1 + np.exp(-np.clip(logits, -50, 50))))
+    assert np.isfinite(scores(logits, "sigmoid")).all()
+    assert np.allclose(scores(logits, "softmax").sum(axis=1), 1.0)

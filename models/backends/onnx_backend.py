@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from ..onnx_layout import FP16, FP32, INT8, has_onnx, onnx_dir
+from ..batching import split_segments
+from ..onnx_layout import FP16, FP32, INT8, TOKEN_TYPES, has_onnx, onnx_dir
 from ..postprocess import sentence_embeddings
 from ..spec import ModelSpec
 
@@ -71,10 +72,13 @@ class OnnxBackend:
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Logits, or pooled sentence embeddings, of one padded batch."""
+        input_ids, token_type_ids = split_segments(input_ids)
         feed = {
             "input_ids": input_ids.astype(np.int64, copy=False),
             "attention_mask": attention_mask.astype(np.int64, copy=False),
         }
+        if self.spec.token_types:
+            feed[TOKEN_TYPES] = token_type_ids.astype(np.int64, copy=False)
         output = self.session.run(None, feed)[0]
         if self.spec.task == "classify":
             return output

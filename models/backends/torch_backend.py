@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification
 
+from ..batching import split_segments
 from ..postprocess import sentence_embeddings
 from ..spec import ModelSpec
 
@@ -27,10 +28,12 @@ class TorchBackend:
         self.model = model_class.from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        input_ids, token_type_ids = split_segments(input_ids)
         with torch.inference_mode():
             outputs = self.model(
                 input_ids=torch.from_numpy(input_ids).to(self.device),
                 attention_mask=torch.from_numpy(attention_mask).to(self.device),
+                token_type_ids=torch.from_numpy(token_type_ids).to(self.device) if self.spec.token_types else None,
             )
             if self.spec.task == "classify":
                 return outputs.logits.float().cpu().numpy()

@@ -1,0 +1,69 @@
+"""Embedding options beside OpenAI's: sentence-transformers prompts (named, free, the model's default)
+and Matryoshka ``dimensions``, through plain HTTP and the official openai client (``extra_body``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import openai
+import pytest
+import requests
+
+from models.store import default_model_dir
+from tests.conftest import run_import, served
+
+PROMPTS = {"query": "query: ", "passage": "passage: "}
+TEXTS = ["how do I reset my password", "ok"]
+
+
+@pytest.fixture(scope="module")
+def prompted_url(tmp_path_factory, logs):
+    """The embedded MiniLM with prompts and a default prompt in its sentence-transformers config."""
+    directory = tmp_path_factory.mktemp("prompted") / "model"
+    shutil.copytree(default_model_dir(), directory)
+    (directory / "config_sentence_transformers.json").write_text(json.dumps({"prompts": PROMPTS, "default_prompt_name": "query"}))
+    result = run_import("--path", str(directory), "--name", "prompted")
+    assert result.returncode == 0, result.stderr
+    with served(result.stdout.strip(), logs, "prompted", TEXTBENTO_BACKEND="onnx") as server:
+        yield server.url
+
+
+def embed(url: str, texts: list[str], **options) -> np.ndarray:
+    response = requests.post(f"{url}/v1/embeddings", json={"input": texts, **options}, timeout=60)
+    assert response.status_code == 200, response.text
+    return np.array([item["embedding"] for item in response.json()["data"]])
+
+
+def test_the_default_prompt_applies_and_can_be_replaced(prompted_url):
+    raw = embed(prompted_url, TEXTS, prompt="")
+    assert np.allclose(embed(prompted_url, TEXTS), embed(prompted_url, [f"query: {text}" for text in TEXTS], prompt=""), atol=1e-6)
+    assert np.allclose(embed(prompted_url, TEXTS, prompt_name="passage"), embed(prompted_url, TEXTS, prompt="passage: "), atol=1e-6)
+    assert not np.allclose(raw, embed(prompted_url, TEXTS), atol=1e-3)
+    (card,) = requests.get(f"{prompted_url}/v1/models", timeout=5).json()["data"]
+    assert (card["prompts"], card["default_prompt_name"], card["pooling"]) == (PROMPTS, "query", "mean")
+
+
+@pytest.mark.parametrize(
+    "options, param, words",
+    [({"prompt_name": "title"}, "prompt_name", "query, passage"), ({"prompt_name": "query", "prompt": "x"}, "prompt", "not both")],
+)
+def test_bad_prompt_options_are_named(prompted_url, options, param, words):
+    response = requests.post(f"{prompted_url}/v1/embeddings", json={"input": "x", **options}, timeout=30)
+    assert response.status_code == 400 and response.json()["error"]["param"] == param and words in response.text
+
+
+def test_matryoshka_dimensions_cut_and_renormalize(embed_url):
+    full, cut = embed(embed_url, TEXTS), embed(embed_url, TEXTS, dimensions=128)
+    assert cut.shape == (2, 128) and np.allclose(np.linalg.norm(cut, axis=1), 1, atol=1e-5)
+    expected = full[:, :128] / np.linalg.norm(full[:, :128], axis=1, keepdims=True)
+    assert np.allclose(cut, expected, atol=1e-5)
+    assert requests.post(f"{embed_url}/v1/embeddings", json={"input": "x", "dimensions": 385}, timeout=30).status_code == 400
+
+
+def test_the_openai_client_sends_both(embed_url):
+    client = openai.OpenAI(base_url=f"{embed_url}/v1", api_key="unused")
+    response = client.embeddings.create(model="minilm", input=TEXTS, dimensions=64, extra_body={"prompt": "query: "})
+    expected = embed(embed_url, [f"query: {text}" for text in TEXTS], dimensions=64)
+    assert np.allclose([item.embedding for item in response.data], expected, atol=1e-6)

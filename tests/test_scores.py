@@ -1,0 +1,133 @@
+"""Classifiers and rerankers scored as their libraries score them, served for real.
+
+A sigmoid for one logit (sentence-transformers' CrossEncoder) and for multi-label models
+(transformers' ``problem_type``), a softmax otherwise; ``raw_scores`` gives the logits; pairs are
+tokenized together with their token type ids; ``/v1/rerank`` ranks documents by that score. The
+reference is transformers on the same (random, small) weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import requests
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+from models.store import default_model_dir
+from tests.conftest import run_import, served
+
+TEXTS = ["a query and its passage", "ok", "Déjà vu: the same text twice, then a third time."]
+QUERY = "how do I reset my password"
+DOCUMENTS = ["Open settings, then security, then reset password.", "Bananas are rich in potassium.",
+             "Passwords can be reset from the login page.", "ok", "The weather is fine today. " * 30]
+MULTI_LABEL = {"num_labels": 3, "problem_type": "multi_label_classification", "id2label": {0: "urgent", 1: "billing", 2: "bug"}}
+
+
+def build(directory, **config) -> str:
+    """A small random-weight BERT classifier with the embedded model's vocabulary, imported; its tag."""
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir()))
+    bert = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, **config)
+    BertForSequenceClassification(bert).eval().save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    result = run_import("--path", str(directory), "--name", directory.name)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@torch.inference_mode()
+def logits(directory, first: list[str], second: list[str] | None = None) -> np.ndarray:
+    """transformers' own logits: texts, or pairs (``first[i]``, ``second[i]``) with token type ids."""
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    model = BertForSequenceClassification.from_pretrained(str(directory)).eval()
+    batch = tokenizer(first, second, padding=True, truncation=True, max_length=512, return_tensors="pt")
+    return model(**batch).logits.numpy()
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+@pytest.fixture(scope="module")
+def cross_encoder(tmp_path_factory, logs):
+    directory = tmp_path_factory.mktemp("cross-encoder")
+    with served(build(directory, num_labels=1), logs, "cross-encoder", TEXTBENTO_BACKEND="onnx") as server:
+        yield server.url, directory
+
+
+@pytest.fixture(scope="module")
+def multi_label(tmp_path_factory, logs):
+    directory = tmp_path_factory.mktemp("multi-label")
+    with served(build(directory, **MULTI_LABEL), logs, "multi-label", TEXTBENTO_BACKEND="onnx") as server:
+        yield server.url, directory
+
+
+def post(url: str, path: str, body: dict) -> dict:
+    response = requests.post(f"{url}{path}", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.mark.parametrize("model", ["cross_encoder", "multi_label"])
+def test_scores_are_a_sigmoid_per_label(model, request):
+    url, directory = request.getfixturevalue(model)
+    (card,) = requests.get(f"{url}/v1/models", timeout=5).json()["data"]
+    answers = post(url, "/v1/classify", {"inputs": TEXTS, "top_k": len(card["labels"])})["data"]
+    for row, item in zip(sigmoid(logits(directory, TEXTS)), answers):
+        by_label = {score["label"]: score["score"] for score in item["scores"]}
+        assert np.allclose([by_label[label] for label in card["labels"]], row, atol=1e-4), (by_label, row)
+        assert item["label"] == card["labels"][int(row.argmax())] and np.isclose(item["score"], row.max(), atol=1e-4)
+    raw = post(url, "/v1/classify", {"inputs": TEXTS, "raw_scores": True})["data"]
+    assert np.allclose([item["score"] for item in raw], logits(directory, TEXTS).max(axis=1), atol=1e-4)
+
+
+def test_one_logit_scores_differ_per_text(cross_encoder):
+    url, _ = cross_encoder  # a softmax over one logit would score every text 1.0
+    assert len({round(item["score"], 4) for item in post(url, "/v1/classify", {"inputs": TEXTS})["data"]}) == len(TEXTS)
+
+
+def test_pairs_are_tokenized_together_with_token_types(cross_encoder):
+    url, directory = cross_encoder
+    pairs = [[QUERY, document] for document in DOCUMENTS]
+    served_scores = [item["score"] for item in post(url, "/v1/classify", {"inputs": pairs, "raw_scores": True})["data"]]
+    expected = logits(directory, [QUERY] * len(DOCUMENTS), DOCUMENTS)[:, 0]
+    assert np.allclose(served_scores, expected, atol=1e-4)
+    without_types = logits(directory, [f"{QUERY} [SEP] {document}" for document in DOCUMENTS])[:, 0]
+    assert not np.allclose(expected, without_types, atol=1e-3)  # the token types matter here
+
+
+def test_rerank_orders_documents_by_relevance(cross_encoder):
+    url, directory = cross_encoder
+    expected = sigmoid(logits(directory, [QUERY] * len(DOCUMENTS), DOCUMENTS)[:, 0])
+    answer = post(url, "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS, "top_n": 3, "return_documents": True})
+    assert [result["index"] for result in answer["results"]] == list(np.argsort(-expected, kind="stable")[:3])
+    for result in answer["results"]:
+        assert np.isclose(result["relevance_score"], expected[result["index"]], atol=1e-4)
+        assert result["document"] == {"text": DOCUMENTS[result["index"]]}
+    assert answer["usage"]["prompt_tokens"] == answer["usage"]["total_tokens"] > 0
+    everything = post(url, "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS})
+    assert len(everything["results"]) == len(DOCUMENTS) and "document" not in everything["results"][0]
+
+
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({"query": QUERY, "documents": []}, 422, "documents"),
+        ({"query": "", "documents": ["a"]}, 422, "query"),
+        ({"query": QUERY, "documents": ["a"], "top_n": 0}, 422, "top_n"),
+        ({"documents": ["a"]}, 422, "query"),
+        ({"query": QUERY, "documents": ["a"], "model": "other"}, 404, "model"),
+    ],
+)
+def test_bad_rerank_requests_are_named(cross_encoder, body, status, param):
+    response = requests.post(f"{cross_encoder[0]}/v1/rerank", json=body, timeout=30)
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["param"].startswith(param)
+
+
+def test_rerank_needs_a_one_logit_model(multi_label, embed_url):
+    for url in (multi_label[0], embed_url):
+        response = requests.post(f"{url}/v1/rerank", json={"query": QUERY, "documents": ["a"]}, timeout=30)
+        assert response.status_code == 400 and response.json()["error"]["type"] == "wrong_task", response.text
