@@ -161,8 +161,8 @@ class TextBento:
         data = []
         for index, (row, e) in enumerate(zip(logits, encoded)):
             ranked = ranked_labels(row if raw else scores(row, self.spec.activation), self.spec.labels, top_k or 1)
-            scores = [{"label": label, "score": score} for label, score in ranked] if top_k else None
-            data.append({"index": index, "label": ranked[0][0], "score": ranked[0][1], "scores": scores, "truncated": e.truncated})
+            top = [{"label": label, "score": score} for label, score in ranked] if top_k else None
+            data.append({"index": index, "label": ranked[0][0], "score": ranked[0][1], "scores": top, "truncated": e.truncated})
         return data
 
     @app.post("/v1/classify", response_model=ClassifyResponse, responses=ERROR_RESPONSES)

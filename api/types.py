@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StringConstraints
 
 
 def _as_list(value: object) -> object:
@@ -19,8 +19,19 @@ def _as_list(value: object) -> object:
 Text = Annotated[str, StringConstraints(min_length=1)]
 # One text or a non-empty list of texts, always a list once validated; errors name the item.
 Texts = Annotated[list[Text], BeforeValidator(_as_list, json_schema_input_type=str | list[str]), Field(min_length=1)]
+
+
+def _text_or_pair(value: object) -> str | tuple[str, str]:
+    """One classifier input, checked as a whole so that an error names the item, not a union branch."""
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(text, str) and text for text in value):
+        return (value[0], value[1])
+    raise ValueError("expected a non-empty string or a pair [text, text] of non-empty strings")
+
+
 # For classifiers: texts, or pairs [query, passage] that a cross-encoder reads together.
-TextOrPair = Text | tuple[Text, Text]
+TextOrPair = Annotated[str | tuple[str, str], PlainValidator(_text_or_pair, json_schema_input_type=Text | tuple[Text, Text])]
 Inputs = Annotated[
     list[TextOrPair], BeforeValidator(_as_list, json_schema_input_type=str | list[str | tuple[str, str]]), Field(min_length=1)
 ]

@@ -13,9 +13,10 @@ from typing import Sequence
 import numpy as np
 
 # The fixed cost of a forward pass in padded tokens. Measured with per-token int8 MiniLM on
-# 2 cores (docs/design.md, 5): 26 ms for 32 sorted texts (~800 tokens), 1.2 ms for one ~25-token
-# text alone, so ~0.03 ms per token and ~0.4 ms per pass, ~13 tokens. Cutting runs of 64
-# short texts this way ran 1.3x one 64-row pass, flat for costs of 16-64 tokens.
+# 2 cores: 26 ms for 32 sorted texts (~800 tokens), 1.2 ms for one ~25-token text alone, so
+# ~0.03 ms per token and ~0.4 ms per pass, ~13 tokens; the speed of the cuts was flat for costs
+# of 16-64 tokens. Cutting runs of 64 short texts this way runs 1.49x one padded pass of the same
+# 64 (bench/results/ceiling.json: served-64 vs arrival-64; docs/design.md, 5).
 PASS_COST_TOKENS = 32
 
 

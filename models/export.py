@@ -41,7 +41,9 @@ class SingleOutput(torch.nn.Module):
         self.output = output
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids), self.output)
+        # DistilBERT and others have no token types and refuse the argument, even as None.
+        types = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask, **types), self.output)
 
 
 def output_name(spec: ModelSpec) -> str:
@@ -55,8 +57,8 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
     The TorchScript exporter (``dynamo=False``), with eager attention. It is deprecated in torch
     2.13 but still the faster graph on ONNX Runtime's CPU kernels, measured side by side on
     all-MiniLM-L6-v2, length-sorted batches of 32, 2 threads (``python -m bench.quantization``,
-    docs/design.md 5): fp32 945 vs 770 sentences/s for the dynamo exporter's graph, per-token
-    int8 1,820 vs 1,340. ONNX Runtime's transformer fusions (fused ``Attention``) made it slower.
+    docs/design.md 5): fp32 979 vs 811 sentences/s for the dynamo exporter's graph, per-token
+    int8 1,921 vs 1,403. ONNX Runtime's transformer fusions (fused ``Attention``) made it slower.
     """
     model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
     model = model_class.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()

@@ -47,7 +47,7 @@ def test_the_default_prompt_applies_and_can_be_replaced(prompted_url):
 
 @pytest.mark.parametrize(
     "options, param, words",
-    [({"prompt_name": "title"}, "prompt_name", "query, passage"), ({"prompt_name": "query", "prompt": "x"}, "prompt", "not both")],
+    [({"prompt_name": "title"}, "prompt_name", "passage, query"), ({"prompt_name": "query", "prompt": "x"}, "prompt", "not both")],
 )
 def test_bad_prompt_options_are_named(prompted_url, options, param, words):
     response = requests.post(f"{prompted_url}/v1/embeddings", json={"input": "x", **options}, timeout=30)

@@ -52,8 +52,8 @@ class OnnxBackend:
     With ``cuda``, the fp16 graph runs on the GPU when one is usable; otherwise ``cpu_graph``
     (``fp32`` or ``int8``) runs on the CPU. Every device runs the padded batch as one: the int8
     graph quantizes each token row on its own (``models.quantize``), so a text's result does not
-    depend on its batch mates, and length-sorted batches of 32 run 1.6-1.9x the texts of one
-    text at a time on 2 cores (docs/design.md, 5).
+    depend on its batch mates, and length-sorted batches of 32 run 1.98x the texts of one text at
+    a time on 2 cores (bench/results/ceiling.json; docs/design.md, 5).
     """
 
     def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int, *, cpu_graph: str = "fp32", cuda: bool = True) -> None:

@@ -29,11 +29,13 @@ class TorchBackend:
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         input_ids, token_type_ids = split_segments(input_ids)
+        # Only for models with token types: the others (DistilBERT, ...) refuse the argument.
+        types = {"token_type_ids": torch.from_numpy(token_type_ids).to(self.device)} if self.spec.token_types else {}
         with torch.inference_mode():
             outputs = self.model(
                 input_ids=torch.from_numpy(input_ids).to(self.device),
                 attention_mask=torch.from_numpy(attention_mask).to(self.device),
-                token_type_ids=torch.from_numpy(token_type_ids).to(self.device) if self.spec.token_types else None,
+                **types,
             )
             if self.spec.task == "classify":
                 return outputs.logits.float().cpu().numpy()
