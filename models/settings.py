@@ -43,7 +43,10 @@ class Settings(BaseSettings):
     max_latency_ms: int = Field(60_000, ge=1, description="adaptive batcher sheds (503) past this predicted latency")
     # Measured at 1 text/request, c=64, 2 workers (docs/design.md): see models/coalesce.py.
     calls_in_flight: int = Field(2, ge=1, description="calls to the Encoder in flight per API worker; texts arriving meanwhile share the next")
-    token_budget: int = Field(8192, ge=1, description="most padded tokens in one forward pass")
+    # It sets the Encoder's memory (ONNX Runtime's arena keeps [budget, FFN width] intermediates);
+    # past ~2,000 tokens a pass gains no speed. DistilBERT-66M, long texts (bench/results/budget.json):
+    # 8,192 → 1,466 MiB and 25.9 texts/s, 2,048 → 887 MiB and 27.9 texts/s.
+    token_budget: int = Field(2048, ge=1, description="most padded tokens in one forward pass")
     timeout_s: int = Field(60, ge=1, description="a request not answered by then gets 504")
     max_inputs: int = Field(256, ge=1, description="most texts in one request (more → 413)")
     max_chars: int = Field(20_000, ge=1, description="longest text in characters (longer → 413)")
