@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from transformers import PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from .spec import Activation, ModelSpec, Pooling, Task
+from .spec import Activation, DenseActivation, ModelSpec, Pooling, Task
 
 
 class UnsupportedModel(ValueError):
@@ -60,11 +60,21 @@ def _read_json(path: Path) -> Any:
 
 # The sentence-transformers modules textbento computes exactly as the library does; anything
 # else in a pipeline is refused at import rather than served with different vectors.
-REPRODUCED_MODULES = ("Transformer", "Pooling", "Normalize")
+REPRODUCED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 POOLING_MODES: dict[str, Pooling] = {
     "pooling_mode_cls_token": "cls",
     "pooling_mode_mean_tokens": "mean",
     "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+# sentence-transformers saves a Dense module's activation by its class's full name.
+DENSE_ACTIVATIONS: dict[str, DenseActivation] = {
+    "torch.nn.modules.linear.Identity": "identity",
+    "torch.nn.modules.activation.Tanh": "tanh",
+    "torch.nn.modules.activation.ReLU": "relu",
+    "torch.nn.modules.activation.Sigmoid": "sigmoid",
 }
 
 
@@ -85,17 +95,28 @@ class SentenceTransformersSettings(NamedTuple):
     max_seq_length: int | None = None
     prompts: dict[str, str] = {}
     default_prompt_name: str | None = None
+    dense: tuple[tuple[str, DenseActivation, int], ...] = ()  # (module folder, activation, out_features)
+
+
+def read_dense(model_dir: Path, path: str) -> tuple[str, DenseActivation, int]:
+    config = _read_json(model_dir / path / "config.json") or {}
+    name = config.get("activation_function", "torch.nn.modules.activation.Tanh")
+    if name not in DENSE_ACTIVATIONS:
+        raise UnsupportedModel(f"sentence-transformers Dense activation {name} in {path!r} is not reproduced by textbento "
+                               f"(only {', '.join(DENSE_ACTIVATIONS)})")
+    return path, DENSE_ACTIVATIONS[name], int(config["out_features"])
 
 
 def read_sentence_transformers(model_dir: Path) -> SentenceTransformersSettings:
     """The embedding pipeline from sentence-transformers files; defaults (mean pooling) without them.
 
     Raises ``UnsupportedModel`` for a pipeline textbento would compute differently: a module it
-    does not reproduce (Dense, LayerNorm, ...), a pooling mode it lacks, or pooling that leaves
-    the prompt out.
+    does not reproduce (LayerNorm, CNN, ...), several pooling modes at once, a Dense activation it
+    lacks, or pooling that leaves the prompt out.
     """
     modules = _read_json(model_dir / "modules.json") or []
     pooling: Pooling = "mean"
+    dense = []
     for module in modules:
         kind = module.get("type", "").rsplit(".", 1)[-1]
         if kind not in REPRODUCED_MODULES:
@@ -109,11 +130,15 @@ def read_sentence_transformers(model_dir: Path) -> SentenceTransformersSettings:
             pooling = read_pooling(pooling_config)
             if not pooling_config.get("include_prompt", True):
                 raise UnsupportedModel("sentence-transformers pooling with include_prompt: false is not reproduced by textbento")
+        if kind == "Dense":
+            dense.append(read_dense(model_dir, module.get("path", "")))
     settings = _read_json(model_dir / "config_sentence_transformers.json") or {}
     normalize = any(module.get("type", "").endswith("models.Normalize") for module in modules)
     sbert_config = _read_json(model_dir / "sentence_bert_config.json") or {}
     prompts = {str(name): str(text) for name, text in (settings.get("prompts") or {}).items()}
-    return SentenceTransformersSettings(pooling, normalize, sbert_config.get("max_seq_length"), prompts, settings.get("default_prompt_name") or None)
+    return SentenceTransformersSettings(
+        pooling, normalize, sbert_config.get("max_seq_length"), prompts, settings.get("default_prompt_name") or None, tuple(dense)
+    )
 
 
 def model_max_length(config: PretrainedConfig, tokenizer_limit: int) -> int:
@@ -153,7 +178,8 @@ def detect_spec(
         max_length=min(pipeline.max_seq_length or max_length, max_length),
         pooling=pipeline.pooling,
         normalize=pipeline.normalize,
-        dimensions=config.hidden_size,
+        dimensions=pipeline.dense[-1][2] if pipeline.dense else config.hidden_size,
+        dense=tuple(activation for _, activation, _ in pipeline.dense),
         prompts=pipeline.prompts,
         default_prompt_name=pipeline.default_prompt_name,
         **common,

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from .spec import Activation, Pooling
+from .spec import Activation, DenseActivation, Pooling
+
+# sentence-transformers Dense modules after pooling: weights ``w{i}`` [out, in] and biases ``b{i}``,
+# written into the stored model at import (``models.store``), read by every backend.
+DENSE_FILE = "dense.npz"
+DENSE_ACTIVATIONS = {
+    "identity": lambda x: x,
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+}
+DenseLayer = tuple[np.ndarray, np.ndarray, DenseActivation]
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -35,10 +47,15 @@ def pool(hidden: np.ndarray, attention_mask: np.ndarray, mode: Pooling) -> np.nd
     """``[rows, tokens, dim]`` hidden states → ``[rows, dim]``, padding excluded."""
     if mode == "cls":
         return hidden[:, 0]
+    if mode == "lasttoken":  # right-padded: the last real token of each row
+        return hidden[np.arange(len(hidden)), attention_mask.sum(axis=1) - 1]
     mask = attention_mask[..., None].astype(hidden.dtype)
     if mode == "max":
         return np.where(mask > 0, hidden, -np.inf).max(axis=1)
-    return (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
+    if mode == "weightedmean":  # token i (from 1) weighs i, as sentence-transformers (SGPT) does
+        mask = mask * np.arange(1, hidden.shape[1] + 1, dtype=hidden.dtype)[None, :, None]
+    total = np.clip(mask.sum(axis=1), 1e-9, None)
+    return (hidden * mask).sum(axis=1) / (np.sqrt(total) if mode == "mean_sqrt_len" else total)
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
@@ -55,9 +72,19 @@ def truncate_dimensions(vector: np.ndarray, dimensions: int | None, normalize: b
     return l2_normalize(cut) if normalize else cut
 
 
+def load_dense(model_dir: str | Path, activations: tuple[DenseActivation, ...]) -> list[DenseLayer]:
+    """The stored model's Dense layers, in order (none without ``dense.npz``)."""
+    if not activations:
+        return []
+    with np.load(Path(model_dir) / DENSE_FILE) as arrays:
+        return [(arrays[f"w{i}"], arrays[f"b{i}"], activation) for i, activation in enumerate(activations)]
+
+
 def sentence_embeddings(
-    hidden: np.ndarray, attention_mask: np.ndarray, mode: Pooling, normalize: bool
+    hidden: np.ndarray, attention_mask: np.ndarray, mode: Pooling, normalize: bool, dense: list[DenseLayer] = ()
 ) -> np.ndarray:
-    """Pooled, optionally normalised float32 sentence embeddings from last hidden states."""
-    pooled = pool(hidden.astype(np.float32, copy=False), attention_mask, mode)
-    return l2_normalize(pooled) if normalize else pooled
+    """Pooled float32 sentence embeddings from last hidden states, through the Dense layers, optionally normalised."""
+    vectors = pool(hidden.astype(np.float32, copy=False), attention_mask, mode)
+    for weight, bias, activation in dense:
+        vectors = DENSE_ACTIVATIONS[activation](vectors @ weight.T + bias).astype(np.float32, copy=False)
+    return l2_normalize(vectors) if normalize else vectors

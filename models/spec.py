@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Task = Literal["classify", "embed"]
-Pooling = Literal["mean", "cls", "max"]
+Pooling = Literal["mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken"]
 Activation = Literal["softmax", "sigmoid"]
 
 TASKS: tuple[Task, ...] = ("classify", "embed")
-POOLINGS: tuple[Pooling, ...] = ("mean", "cls", "max")
+POOLINGS: tuple[Pooling, ...] = ("mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken")
+DenseActivation = Literal["identity", "tanh", "relu", "sigmoid"]
 ACTIVATIONS: tuple[Activation, ...] = ("softmax", "sigmoid")
 
 
@@ -24,7 +25,8 @@ class ModelSpec:
     logit (cross-encoders) and multi-label models, a softmax over the labels otherwise;
     ``token_types``: the classifier tells the two texts of a pair apart by token type ids (BERT's
     segments; cross-encoders need them). ``pooling``/``normalize``/``dimensions`` describe the
-    embedding, ``prompts`` (name → text put before the input) and ``default_prompt_name`` are
+    embedding, ``dense`` the activations of sentence-transformers Dense modules after pooling
+    (their weights in ``dense.npz``, ``models.postprocess``), ``prompts`` (name → text put before the input) and ``default_prompt_name`` are
     sentence-transformers' (ignored for classifiers). ``pad_id`` is the tokenizer's padding id,
     which the runner needs without loading the tokenizer.
     """
@@ -37,6 +39,7 @@ class ModelSpec:
     pooling: Pooling = "mean"
     normalize: bool = False
     dimensions: int | None = None
+    dense: tuple[DenseActivation, ...] = ()
     prompts: dict[str, str] = dataclasses.field(default_factory=dict)
     default_prompt_name: str | None = None
     pad_id: int = 0
@@ -61,6 +64,7 @@ class ModelSpec:
         # The store accepts no None values: unset fields are left out and default on the way back.
         data = {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
         data["labels"] = list(self.labels)
+        data["dense"] = list(self.dense)
         return data
 
     @classmethod
@@ -73,6 +77,7 @@ class ModelSpec:
         known = {field.name for field in dataclasses.fields(cls)}
         values = {key: value for key, value in metadata.items() if key in known}
         values["labels"] = tuple(values.get("labels") or ())
+        values["dense"] = tuple(values.get("dense") or ())
         # Stored before the activation was recorded: one logit was always a sigmoid's.
         values.setdefault("activation", "sigmoid" if len(values["labels"]) == 1 else "softmax")
         return cls(**values)

@@ -21,12 +21,13 @@ from typing import Any
 import bentoml
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-from .detection import UnsupportedModel, detect_spec, detect_task
+from .detection import UnsupportedModel, detect_spec, detect_task, read_sentence_transformers
+from .postprocess import DENSE_FILE
 from .spec import ModelSpec
 
 DEFAULT_NAME = "text-model"
 # Only what serving needs: config, tokenizer files, weights, sentence-transformers settings.
-HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "2_Normalize/*"]
+HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "*_Pooling/*", "*_Dense/*", "*_Normalize/*"]
 LIBRARIES = ("transformers", "tokenizers", "torch", "bentoml")
 ONNX_LIBRARIES = ("onnxruntime", "onnx", "onnxscript")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
@@ -103,11 +104,32 @@ def import_model(
     ) as stored:
         model.save_pretrained(stored.path)
         tokenizer.save_pretrained(stored.path)
+        if spec.dense:
+            save_dense(model_dir, Path(stored.path))
         if onnx:
             from .export import export_model  # the exporter (onnx, onnxscript) only when asked for
 
             export_model(stored.path, spec)
     return stored.tag
+
+
+def save_dense(model_dir: Path, target: Path) -> None:
+    """The weights of the sentence-transformers Dense modules in ``model_dir``, as ``dense.npz`` in ``target``."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+
+    arrays = {}
+    for index, (path, _, _) in enumerate(read_sentence_transformers(model_dir).dense):
+        folder = model_dir / path
+        if (folder / "model.safetensors").is_file():
+            tensors = load_file(str(folder / "model.safetensors"))
+        else:
+            tensors = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        weight = tensors["linear.weight"].float().numpy()
+        arrays[f"w{index}"] = weight
+        arrays[f"b{index}"] = tensors["linear.bias"].float().numpy() if "linear.bias" in tensors else np.zeros(len(weight), np.float32)
+    np.savez(target / DENSE_FILE, **arrays)
 
 
 def add_onnx(tag: str) -> bentoml.Tag:

@@ -19,7 +19,7 @@ TEXTS = ["how do I reset my password", "ok"]
 
 
 @pytest.fixture(scope="module")
-def prompted_url(tmp_path_factory, logs):
+def prompted(tmp_path_factory, logs):
     """The embedded MiniLM with prompts and a default prompt in its sentence-transformers config."""
     directory = tmp_path_factory.mktemp("prompted") / "model"
     shutil.copytree(default_model_dir(), directory)
@@ -27,7 +27,7 @@ def prompted_url(tmp_path_factory, logs):
     result = run_import("--path", str(directory), "--name", "prompted")
     assert result.returncode == 0, result.stderr
     with served(result.stdout.strip(), logs, "prompted", TEXTBENTO_BACKEND="onnx") as server:
-        yield server.url
+        yield server.url, directory
 
 
 def embed(url: str, texts: list[str], **options) -> np.ndarray:
@@ -36,7 +36,18 @@ def embed(url: str, texts: list[str], **options) -> np.ndarray:
     return np.array([item["embedding"] for item in response.json()["data"]])
 
 
-def test_the_default_prompt_applies_and_can_be_replaced(prompted_url):
+def test_prompts_are_applied_as_sentence_transformers_applies_them(prompted):
+    from sentence_transformers import SentenceTransformer
+
+    url, directory = prompted
+    model = SentenceTransformer(str(directory), device="cpu")
+    assert np.abs(embed(url, TEXTS) - model.encode(TEXTS)).max() <= 1e-5  # the default prompt
+    assert np.abs(embed(url, TEXTS, prompt_name="passage") - model.encode(TEXTS, prompt_name="passage")).max() <= 1e-5
+    assert np.abs(embed(url, TEXTS, prompt="x: ") - model.encode(TEXTS, prompt="x: ")).max() <= 1e-5
+
+
+def test_the_default_prompt_applies_and_can_be_replaced(prompted):
+    prompted_url, _ = prompted
     raw = embed(prompted_url, TEXTS, prompt="")
     assert np.allclose(embed(prompted_url, TEXTS), embed(prompted_url, [f"query: {text}" for text in TEXTS], prompt=""), atol=1e-6)
     assert np.allclose(embed(prompted_url, TEXTS, prompt_name="passage"), embed(prompted_url, TEXTS, prompt="passage: "), atol=1e-6)
@@ -49,9 +60,15 @@ def test_the_default_prompt_applies_and_can_be_replaced(prompted_url):
     "options, param, words",
     [({"prompt_name": "title"}, "prompt_name", "passage, query"), ({"prompt_name": "query", "prompt": "x"}, "prompt", "not both")],
 )
-def test_bad_prompt_options_are_named(prompted_url, options, param, words):
+def test_bad_prompt_options_are_named(prompted, options, param, words):
+    prompted_url, _ = prompted
     response = requests.post(f"{prompted_url}/v1/embeddings", json={"input": "x", **options}, timeout=30)
     assert response.status_code == 400 and response.json()["error"]["param"] == param and words in response.text
+
+
+def test_prompt_name_on_a_model_without_prompts(embed_url):
+    response = requests.post(f"{embed_url}/v1/embeddings", json={"input": "x", "prompt_name": "query"}, timeout=30)
+    assert response.status_code == 400 and "prompts: none" in response.json()["error"]["message"]
 
 
 def test_matryoshka_dimensions_cut_and_renormalize(embed_url):

@@ -102,6 +102,18 @@ def test_pairs_are_tokenized_together_with_token_types(cross_encoder):
     assert not np.allclose(expected, without_types, atol=1e-3)  # the token types matter here
 
 
+def test_scores_equal_the_cross_encoder_library(cross_encoder):
+    from sentence_transformers import CrossEncoder
+
+    url, directory = cross_encoder
+    pairs = [[QUERY, document] for document in DOCUMENTS]
+    expected = CrossEncoder(str(directory), device="cpu").predict(pairs)
+    served = [item["score"] for item in post(url, "/v1/classify", {"inputs": pairs})["data"]]
+    assert np.abs(np.array(served) - expected).max() <= 1e-5
+    ranked = post(url, "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS})["results"]
+    assert np.abs(np.array([result["relevance_score"] for result in ranked]) - expected[[r["index"] for r in ranked]]).max() <= 1e-5
+
+
 def test_rerank_orders_documents_by_relevance(cross_encoder):
     url, directory = cross_encoder
     expected = sigmoid(logits(directory, [QUERY] * len(DOCUMENTS), DOCUMENTS)[:, 0])
@@ -122,6 +134,7 @@ def test_rerank_orders_documents_by_relevance(cross_encoder):
         ({"query": "", "documents": ["a"]}, 422, "query"),
         ({"query": QUERY, "documents": ["a"], "top_n": 0}, 422, "top_n"),
         ({"documents": ["a"]}, 422, "query"),
+        ({"query": QUERY, "documents": ["a"] * 257}, 413, "documents"),
         ({"query": QUERY, "documents": ["a"], "model": "other"}, 404, "model"),
     ],
 )
@@ -129,6 +142,12 @@ def test_bad_rerank_requests_are_named(cross_encoder, body, status, param):
     response = requests.post(f"{cross_encoder[0]}/v1/rerank", json=body, timeout=30)
     assert response.status_code == status, response.text
     assert response.json()["error"]["param"].startswith(param)
+
+
+def test_a_pair_has_two_texts(cross_encoder):
+    for item in (["a", "b", "c"], ["a"], ["a", ""], ["a", 1]):
+        response = requests.post(f"{cross_encoder[0]}/v1/classify", json={"inputs": ["fine", item]}, timeout=30)
+        assert response.status_code == 422 and response.json()["error"]["param"] == "inputs.1", response.text
 
 
 def test_rerank_needs_a_one_logit_model(multi_label, embed_url):

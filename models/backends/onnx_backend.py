@@ -12,7 +12,7 @@ import onnxruntime as ort
 
 from ..batching import split_segments
 from ..onnx_layout import FP16, FP32, INT8, TOKEN_TYPES, has_onnx, onnx_dir
-from ..postprocess import sentence_embeddings
+from ..postprocess import load_dense, sentence_embeddings
 from ..spec import ModelSpec
 
 CUDA = "CUDAExecutionProvider"
@@ -58,6 +58,7 @@ class OnnxBackend:
 
     def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int, *, cpu_graph: str = "fp32", cuda: bool = True) -> None:
         self.spec = spec
+        self.dense = load_dense(model_dir, spec.dense)
         directory = onnx_dir(model_dir)
         if not has_onnx(model_dir):
             raise FileNotFoundError(
@@ -82,4 +83,4 @@ class OnnxBackend:
         output = self.session.run(None, feed)[0]
         if self.spec.task == "classify":
             return output
-        return sentence_embeddings(output, attention_mask, self.spec.pooling, self.spec.normalize)
+        return sentence_embeddings(output, attention_mask, self.spec.pooling, self.spec.normalize, self.dense)

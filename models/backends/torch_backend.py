@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModel, AutoModelForSequenceClassification
 
 from ..batching import split_segments
-from ..postprocess import sentence_embeddings
+from ..postprocess import load_dense, sentence_embeddings
 from ..spec import ModelSpec
 
 
@@ -20,6 +20,7 @@ class TorchBackend:
 
     def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int) -> None:
         self.spec = spec
+        self.dense = load_dense(model_dir, spec.dense)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         # torch defaults to every core it sees; the runner shares them with tokenizer workers.
         torch.set_num_threads(threads)
@@ -40,4 +41,4 @@ class TorchBackend:
             if self.spec.task == "classify":
                 return outputs.logits.float().cpu().numpy()
             hidden = outputs.last_hidden_state.float().cpu().numpy()
-        return sentence_embeddings(hidden, attention_mask, self.spec.pooling, self.spec.normalize)
+        return sentence_embeddings(hidden, attention_mask, self.spec.pooling, self.spec.normalize, self.dense)
