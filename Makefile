@@ -30,12 +30,13 @@ test: venv
 	$(BIN)/python -m pytest -q tests
 
 # Ceiling, textbento and three baselines under one load matrix (~25 min), then this tree against
-# BENCH_REF served side by side (~4 min): bench/results/. BENCH_REF: the last landed commit before
+# BENCH_REF served side by side (~4 min), then the rerank point against the naive app: bench/results/. BENCH_REF: the last landed commit before
 # the per-token int8 engine, so that its ratios are measured on the same day, not read off old files.
 BENCH_REF ?= 90c58c9
 bench: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.run
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.compare $(BENCH_REF)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.rerank
 
 # Once, on a fresh CUDA machine (minutes, mostly installs): .venv with the GPU runtimes, then the
 # ceilings of onnx and torch (fp16 on CUDA) and three served points: bench/results/gpu-<GPU>.json.

@@ -74,7 +74,8 @@ class TextBentoClient(FastHttpUser):
             raise StopUser
         self.card = response.json()["data"][0]
         self.bad = bad_requests(self.card)
-        self.tasks = [t for t in self.tasks if getattr(t, "model_task", self.card["task"]) == self.card["task"]]
+        kinds = {self.card["task"]} | ({"rerank"} if self.card["task"] == "classify" and len(self.card["labels"]) == 1 else set())
+        self.tasks = [t for t in self.tasks if getattr(t, "model_task", self.card["task"]) in kinds]
 
     def text(self) -> str:
         limit = self.card["max_length"]
@@ -104,6 +105,14 @@ class TextBentoClient(FastHttpUser):
     @task(8)
     def classify(self) -> None:
         self.post("/v1/classify", {"inputs": self.text(), "top_k": 2}, check=lambda answer: len(answer["data"]) == 1)
+
+    @tag("rerank")
+    @served("rerank")  # a one-logit cross-encoder
+    @task(6)
+    def rerank(self) -> None:
+        documents = [self.text() for _ in range(random.randint(2, 32))]
+        body = {"query": self.text(), "documents": documents, "top_n": 5}
+        self.post("/v1/rerank", body, check=lambda answer: len(answer["results"]) == min(5, len(documents)))
 
     @tag("sentiment")
     @served("classify")

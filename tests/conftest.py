@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.serving import serve  # noqa: E402
-from bench.testmodels import build_classifier  # noqa: E402
+from bench.testmodels import build_bert_classifier, build_classifier  # noqa: E402
 
 def run_import(*args: str) -> subprocess.CompletedProcess:
     """The real import CLI, in a subprocess, against the test store."""
@@ -63,6 +63,19 @@ def embed_tag() -> str:
 @pytest.fixture(scope="session")
 def classifier_dir(tmp_path_factory) -> Path:
     return build_classifier(tmp_path_factory.mktemp("classifier"))
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_dir(tmp_path_factory) -> Path:
+    """A one-logit BERT cross-encoder (random weights): scored with a sigmoid, read in pairs."""
+    return build_bert_classifier(tmp_path_factory.mktemp("cross-encoder"), num_labels=1)
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_tag(cross_encoder_dir: Path) -> str:
+    result = run_import("--path", str(cross_encoder_dir), "--name", "cross-encoder")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
 
 
 @pytest.fixture(scope="session")

@@ -15,10 +15,14 @@ from tests.conftest import served
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = str(Path(sys.executable).with_name("locust"))
 # (model fixture, the served task's route, the other task's route)
-MODELS = [("embed_tag", "/v1/embeddings", "/v1/classify"), ("classify_tag", "/v1/classify", "/v1/embeddings")]
+MODELS = [
+    ("embed_tag", "/v1/embeddings", "/v1/classify"),
+    ("classify_tag", "/v1/classify", "/v1/embeddings"),
+    ("cross_encoder_tag", "/v1/rerank", "/v1/embeddings"),
+]
 
 
-@pytest.fixture(scope="module", params=MODELS, ids=["embed", "classify"])
+@pytest.fixture(scope="module", params=MODELS, ids=["embed", "classify", "rerank"])
 def server(request, logs):
     """A server of its own, not the shared ``embed_url``: BentoML's batcher sheds by a latency per call
     learnt from recent batches, and after this mix of long many-text calls the shared server answered

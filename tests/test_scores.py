@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import requests
 import torch
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+from transformers import AutoTokenizer, BertForSequenceClassification
 
-from models.store import default_model_dir
+from bench.testmodels import build_bert_classifier
 from tests.conftest import run_import, served
 
 TEXTS = ["a query and its passage", "ok", "Déjà vu: the same text twice, then a third time."]
@@ -25,17 +25,8 @@ MULTI_LABEL = {"num_labels": 3, "problem_type": "multi_label_classification", "i
 
 
 def build(directory, **config) -> str:
-    """A small random-weight BERT classifier with the embedded model's vocabulary, imported; its tag."""
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir()))
-    bert = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=64, **config)
-    model = BertForSequenceClassification(bert).eval()
-    with torch.no_grad():  # initial weights (std 0.02) give nearly one logit for every text
-        model.bert.embeddings.token_type_embeddings.weight.normal_(0, 1)
-        model.classifier.weight.normal_(0, 1)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    """A small BERT classifier (``bench.testmodels``), imported; its tag."""
+    build_bert_classifier(directory, **config)
     result = run_import("--path", str(directory), "--name", directory.name)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
@@ -55,10 +46,9 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def cross_encoder(tmp_path_factory, logs):
-    directory = tmp_path_factory.mktemp("cross-encoder")
-    with served(build(directory, num_labels=1), logs, "cross-encoder", TEXTBENTO_BACKEND="onnx") as server:
-        yield server.url, directory
+def cross_encoder(cross_encoder_tag, cross_encoder_dir, logs):
+    with served(cross_encoder_tag, logs, "cross-encoder", TEXTBENTO_BACKEND="onnx") as server:
+        yield server.url, cross_encoder_dir
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +71,10 @@ def test_scores_are_a_sigmoid_per_label(model, request):
     answers = post(url, "/v1/classify", {"inputs": TEXTS, "top_k": len(card["labels"])})["data"]
     for row, item in zip(sigmoid(logits(directory, TEXTS)), answers):
         by_label = {score["label"]: score["score"] for score in item["scores"]}
-        assert np.allclose([by_label[label] for label in card["labels"]], row, atol=1e-4), (by_label, row)
-        assert item["label"] == card["labels"][int(row.argmax())] and np.isclose(item["score"], row.max(), atol=1e-4)
+        assert np.allclose([by_label[label] for label in card["labels"]], row, atol=1e-5), (by_label, row)
+        assert item["label"] == card["labels"][int(row.argmax())] and np.isclose(item["score"], row.max(), atol=1e-5)
     raw = post(url, "/v1/classify", {"inputs": TEXTS, "raw_scores": True})["data"]
-    assert np.allclose([item["score"] for item in raw], logits(directory, TEXTS).max(axis=1), atol=1e-4)
+    assert np.allclose([item["score"] for item in raw], logits(directory, TEXTS).max(axis=1), atol=1e-5)
 
 
 def test_one_logit_is_not_a_softmax(cross_encoder):
@@ -97,7 +87,7 @@ def test_pairs_are_tokenized_together_with_token_types(cross_encoder):
     pairs = [[QUERY, document] for document in DOCUMENTS]
     served_scores = [item["score"] for item in post(url, "/v1/classify", {"inputs": pairs, "raw_scores": True})["data"]]
     expected = logits(directory, [QUERY] * len(DOCUMENTS), DOCUMENTS)[:, 0]
-    assert np.allclose(served_scores, expected, atol=1e-4)
+    assert np.allclose(served_scores, expected, atol=1e-5)
     without_types = logits(directory, [f"{QUERY} [SEP] {document}" for document in DOCUMENTS])[:, 0]
     assert not np.allclose(expected, without_types, atol=1e-3)  # the token types matter here
 
@@ -120,7 +110,7 @@ def test_rerank_orders_documents_by_relevance(cross_encoder):
     answer = post(url, "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS, "top_n": 3, "return_documents": True})
     assert [result["index"] for result in answer["results"]] == list(np.argsort(-expected, kind="stable")[:3])
     for result in answer["results"]:
-        assert np.isclose(result["relevance_score"], expected[result["index"]], atol=1e-4)
+        assert np.isclose(result["relevance_score"], expected[result["index"]], atol=1e-5)
         assert result["document"] == {"text": DOCUMENTS[result["index"]]}
     assert answer["usage"]["prompt_tokens"] == answer["usage"]["total_tokens"] > 0
     everything = post(url, "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS})

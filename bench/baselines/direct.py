@@ -26,8 +26,8 @@ class Direct:
         self.model = model_class.from_pretrained(stored.path).eval()
 
     @torch.inference_mode()
-    def _forward(self, texts: list[str]) -> tuple[Any, Any]:
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.spec.max_length, return_tensors="pt")
+    def _forward(self, texts: list[str], pairs: list[str] | None = None) -> tuple[Any, Any]:
+        batch = self.tokenizer(texts, pairs, padding=True, truncation=True, max_length=self.spec.max_length, return_tensors="pt")
         return self.model(**batch), batch["attention_mask"]
 
     def embed(self, texts: list[str]) -> dict:
@@ -35,6 +35,13 @@ class Direct:
         mask = mask.unsqueeze(-1).float()
         vectors = torch.nn.functional.normalize((outputs.last_hidden_state * mask).sum(1) / mask.sum(1), dim=-1)
         return {"data": [{"index": i, "embedding": v} for i, v in enumerate(vectors.tolist())]}
+
+    def rerank(self, query: str, documents: list[str]) -> dict:
+        """A cross-encoder's sigmoid score per (query, document), best first."""
+        outputs, _ = self._forward([query] * len(documents), documents)
+        scores = outputs.logits[:, 0].sigmoid().tolist()
+        order = sorted(range(len(documents)), key=lambda index: -scores[index])
+        return {"results": [{"index": i, "relevance_score": scores[i]} for i in order]}
 
     def classify(self, texts: list[str]) -> dict:
         outputs, _ = self._forward(texts)

@@ -20,7 +20,10 @@ def make_app(inline_async: bool) -> FastAPI:
     def classify(body: dict) -> dict:
         return direct.classify(body["inputs"] if isinstance(body["inputs"], list) else [body["inputs"]])
 
-    for path, handler in (("/v1/embeddings", embeddings), ("/v1/classify", classify)):
+    def rerank(body: dict) -> dict:
+        return direct.rerank(body["query"], body["documents"])
+
+    for path, handler in (("/v1/embeddings", embeddings), ("/v1/classify", classify), ("/v1/rerank", rerank)):
         if inline_async:
 
             async def endpoint(body: dict, handler=handler) -> dict:
