@@ -142,7 +142,7 @@ class TextBento:
             raise APIError(504, "timeout", f"not answered within {settings.timeout_s} s", retry_after=1) from None
         return encoded, outputs
 
-    async def tokenize(self, texts: list[str]) -> list[Encoded]:
+    async def tokenize(self, texts: list[TextInput]) -> list[Encoded]:
         return await asyncio.to_thread(self.tokenizer.encode, texts)
 
     def check_model(self, name: str | None) -> None:

@@ -12,11 +12,11 @@ from typing import Sequence
 
 import numpy as np
 
-# The fixed cost of a forward pass in padded tokens. Measured with per-token int8 MiniLM on
-# 2 cores: 26 ms for 32 sorted texts (~800 tokens), 1.2 ms for one ~25-token text alone, so
-# ~0.03 ms per token and ~0.4 ms per pass, ~13 tokens; the speed of the cuts was flat for costs
-# of 16-64 tokens. Cutting runs of 64 short texts this way runs 1.49x one padded pass of the same
-# 64 (bench/results/ceiling.json: served-64 vs arrival-64; docs/design.md, 5).
+# The fixed cost of a forward pass in padded tokens. From bench/results/ceiling.json (per-token
+# int8 MiniLM, 2 cores): 1.10 ms for one short text alone, 17.7 ms for 32 length-sorted ones,
+# so ~0.02 ms per token and ~0.5 ms per pass, some 25 tokens; 32 errs towards fewer passes.
+# Cutting runs of 64 short texts this way runs 1.49x one padded pass of the same 64 (served-64
+# vs arrival-64; docs/design.md, 5).
 PASS_COST_TOKENS = 32
 
 
@@ -24,7 +24,7 @@ def plan_sub_batches(lengths: Sequence[int], token_budget: int, pass_cost: int =
     """Index groups, shortest texts first, each group's ``len × max length`` ≤ ``token_budget``.
 
     The cuts minimise the total cost (padded tokens + ``pass_cost`` per group) over the sorted
-    order (dynamic programming, 0.2 ms for 64 texts). A single text longer than the budget
+    order (dynamic programming over at most ``len²/2`` cuts). A single text longer than the budget
     still gets a group of its own.
     """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)

@@ -23,9 +23,10 @@ class Coalescer(Generic[Item, Result]):
     """Sends ``call(items)`` with the items of many ``submit``s, at most ``in_flight`` calls at a time.
 
     A call carries at most ``max_items`` items, in arrival order; a larger submit is cut into
-    pieces of ``max_items`` that queue like submits of their own. A submit whose caller gave up (timeout, disconnect) before its call left is
-    dropped, so abandoned work is never sent; one already sent is answered and discarded. A failed
-    call fails every submit it carried with the same exception.
+    pieces of ``max_items`` that queue like submits of their own. A submit whose caller gave up
+    (timeout, disconnect) before its call left is dropped, so abandoned work is never sent; one
+    already sent is answered and discarded. A failed call fails every submit it carried with the
+    same exception.
     """
 
     def __init__(self, call: Callable[[list[Item]], Awaitable[list[Result]]], *, max_items: int, in_flight: int) -> None:
@@ -44,7 +45,7 @@ class Coalescer(Generic[Item, Result]):
         self.pump()
         try:
             return [result for results in await asyncio.gather(*futures) for result in results]
-        finally:  # the caller gave up: pieces not sent yet are dropped (``next_batch``)
+        finally:  # a no-op once answered; if the caller gave up, pieces not sent are dropped (``next_batch``)
             for future in futures:
                 future.cancel()
 

@@ -69,8 +69,8 @@ POOLING_MODES: dict[str, Pooling] = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
-# sentence-transformers saves a Dense module's activation by its class's full name.
-DENSE_ACTIVATIONS: dict[str, DenseActivation] = {
+# sentence-transformers saves a Dense module's activation by its torch class's full name.
+TORCH_ACTIVATIONS: dict[str, DenseActivation] = {
     "torch.nn.modules.linear.Identity": "identity",
     "torch.nn.modules.activation.Tanh": "tanh",
     "torch.nn.modules.activation.ReLU": "relu",
@@ -101,10 +101,12 @@ class SentenceTransformersSettings(NamedTuple):
 def read_dense(model_dir: Path, path: str) -> tuple[str, DenseActivation, int]:
     config = _read_json(model_dir / path / "config.json") or {}
     name = config.get("activation_function", "torch.nn.modules.activation.Tanh")
-    if name not in DENSE_ACTIVATIONS:
+    if name not in TORCH_ACTIVATIONS:
         raise UnsupportedModel(f"sentence-transformers Dense activation {name} in {path!r} is not reproduced by textbento "
-                               f"(only {', '.join(DENSE_ACTIVATIONS)})")
-    return path, DENSE_ACTIVATIONS[name], int(config["out_features"])
+                               f"(only {', '.join(TORCH_ACTIVATIONS)})")
+    if "out_features" not in config:
+        raise UnsupportedModel(f"sentence-transformers Dense module {path!r} has no config.json with out_features")
+    return path, TORCH_ACTIVATIONS[name], int(config["out_features"])
 
 
 def read_sentence_transformers(model_dir: Path) -> SentenceTransformersSettings:
@@ -116,6 +118,7 @@ def read_sentence_transformers(model_dir: Path) -> SentenceTransformersSettings:
     """
     modules = _read_json(model_dir / "modules.json") or []
     pooling: Pooling = "mean"
+    normalize = False
     dense = []
     for module in modules:
         kind = module.get("type", "").rsplit(".", 1)[-1]
@@ -132,8 +135,8 @@ def read_sentence_transformers(model_dir: Path) -> SentenceTransformersSettings:
                 raise UnsupportedModel("sentence-transformers pooling with include_prompt: false is not reproduced by textbento")
         if kind == "Dense":
             dense.append(read_dense(model_dir, module.get("path", "")))
+        normalize = normalize or kind == "Normalize"
     settings = _read_json(model_dir / "config_sentence_transformers.json") or {}
-    normalize = any(module.get("type", "").endswith("models.Normalize") for module in modules)
     sbert_config = _read_json(model_dir / "sentence_bert_config.json") or {}
     prompts = {str(name): str(text) for name, text in (settings.get("prompts") or {}).items()}
     return SentenceTransformersSettings(

@@ -9,17 +9,6 @@ import numpy as np
 
 from .spec import Activation, DenseActivation, Pooling
 
-# sentence-transformers Dense modules after pooling: weights ``w{i}`` [out, in] and biases ``b{i}``,
-# written into the stored model at import (``models.store``), read by every backend.
-DENSE_FILE = "dense.npz"
-DENSE_ACTIVATIONS = {
-    "identity": lambda x: x,
-    "tanh": np.tanh,
-    "relu": lambda x: np.maximum(x, 0),
-    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-}
-DenseLayer = tuple[np.ndarray, np.ndarray, DenseActivation]
-
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise softmax, stable for large logits."""
@@ -30,6 +19,18 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 def sigmoid(logits: np.ndarray) -> np.ndarray:
     """Element-wise logistic function, stable for large logits of either sign."""
     return np.exp(-np.logaddexp(0, -logits))
+
+
+# sentence-transformers Dense modules after pooling: weights ``w{i}`` [out, in] and biases ``b{i}``,
+# written into the stored model at import (``models.store``), read by every backend.
+DENSE_FILE = "dense.npz"
+DENSE_ACTIVATIONS = {
+    "identity": lambda x: x,
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0),
+    "sigmoid": sigmoid,
+}
+DenseLayer = tuple[np.ndarray, np.ndarray, DenseActivation]
 
 
 def scores(logits: np.ndarray, activation: Activation) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Inference backends: padded token ids in, logits (classifiers) or sentence embeddings (embedders) out.
 
 ``torch`` runs the transformers model; ``onnx`` and ``onnx-int8`` run the graphs that
-``models.export`` wrote into the stored model (fused fp32, or fp16 on CUDA, and per-token dynamic
+``models.export`` wrote into the stored model (fp32, or fp16 on CUDA, and per-token dynamic
 int8 on CPU). Every backend runs a padded batch as one forward pass.
 ``auto`` picks the fastest of them that passes the accuracy gates of ``tests/test_onnx.py`` on
 the device at hand.
