@@ -6,7 +6,7 @@
                    merge concurrent requests into shared calls   (ONNX Runtime per-token int8 on CPU
                    scores / labels / base64 ◀── logits or embeddings ── by default)
 
-Configuration: ``TEXTBENTO_*`` environment variables (``models/settings.py``).
+Configuration: ``TEXTBENTO_*`` environment variables (``serving/settings.py``).
 """
 
 from __future__ import annotations
@@ -38,14 +38,16 @@ from api.types import (
     SentimentResponse,
 )
 from models.backends import load_backend
-from models.coalesce import Coalescer
-from models.dispatch import dispatch_when_free
-from models.drain import Drain
 from models.inference import InferenceThread, run_batch
 from models.postprocess import ranked_labels, scores, truncate_dimensions
-from models.settings import settings
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextInput, TextTokenizer
+from serving.coalesce import Coalescer
+from serving.connections import limit_connections
+from serving.dispatch import dispatch_when_free
+from serving.drain import Drain
+from serving.hop import resend_unanswered
+from serving.settings import ENCODER_KEEP_ALIVE_S, settings
 
 dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
 MODEL = bentoml.models.BentoModel(settings.model)
@@ -77,9 +79,10 @@ class Encoder:
         self.backend = self.thread.call(load_backend, settings.backend, self.model.path, self.spec, settings.runner_threads)
         # Warm-up before /readyz turns green: the first forward pass is the slowest.
         self.thread.call(self.forward, [np.ones(16, dtype=np.int32)] * 8)
-        # On SIGTERM, answer the API workers' last calls before stopping (models/drain.py).
+        # On SIGTERM, answer the API workers' last calls before stopping (serving/drain.py).
         self.drain = Drain(quiet_s=1.0, longest_s=settings.timeout_s + 5)
         self.drain.postpone_sigterm()
+        limit_connections(header_timeout_s=settings.header_timeout_s, keep_alive_s=ENCODER_KEEP_ALIVE_S)
 
     def forward(self, token_ids: list[np.ndarray]) -> list[np.ndarray]:
         return run_batch(self.backend, token_ids, self.spec.pad_id, settings.token_budget)
@@ -119,16 +122,17 @@ class TextBento:
     def __init__(self) -> None:
         if not settings.keys():
             logger.warning("no API key configured (TEXTBENTO_API_KEYS): the API is open to anyone who can reach it")
+        limit_connections(header_timeout_s=settings.header_timeout_s, keep_alive_s=settings.keep_alive_s)
         self.spec = ModelSpec.of(self.model)
         self.tokenizer = TextTokenizer(self.model.path, self.spec.max_length)
         self.aliases = {None, self.model.tag.name, str(self.model.tag), self.spec.source}
         # A lambda: the client grows its ``encode`` method only when its connection first opens.
-        encode = lambda token_ids: self.encoder.to_async.encode(token_ids)  # noqa: E731
+        encode = resend_unanswered(lambda token_ids: self.encoder.to_async.encode(token_ids), settings.encoder_attempts)
         self.encoder_calls = Coalescer(encode, max_items=settings.max_batch_size, in_flight=settings.calls_in_flight)
 
     async def run(self, texts: list[TextInput], task: str, truncate: bool, param: str) -> tuple[list[Encoded], list[np.ndarray]]:
         """Check, tokenize off the event loop, then encode; the texts share calls to the Encoder
-        with other requests' texts (``models/coalesce.py``)."""
+        with other requests' texts (``serving/coalesce.py``)."""
         if task != self.spec.task:
             raise APIError(400, "wrong_task", f"the served model {self.model.tag.name!r} does {self.spec.task!r}, not {task!r}")
         check_sizes(texts, param, settings.max_inputs, settings.max_chars)

@@ -31,7 +31,7 @@ def measure(tag: str, budget: int) -> dict[str, float]:
     from bench.run import long_texts
     from models.backends import load_backend
     from models.inference import run_batch
-    from models.settings import settings
+    from serving.settings import settings
     from models.spec import ModelSpec
     from models.tokenization import TextTokenizer
 

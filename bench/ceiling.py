@@ -39,7 +39,7 @@ from models.backends import Backend, load_backend
 from models.batching import pad
 from models.inference import run_batch
 from models.onnx_layout import FP32, INT8, onnx_dir
-from models.settings import settings
+from serving.settings import settings
 from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
 

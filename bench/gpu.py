@@ -30,7 +30,7 @@ from bench.load import closed_loop
 from bench.serving import serve
 from bench.topology import RESULTS, short_texts
 from models.backends import load_backend
-from models.settings import settings
+from serving.settings import settings
 from models.spec import ModelSpec
 
 BACKENDS = ("onnx", "torch")

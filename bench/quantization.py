@@ -33,7 +33,7 @@ from models.export import export_fp32
 from models.inference import run_batch
 from models.onnx_layout import FP32, INT8, onnx_dir
 from models.quantize import SERVED_POLICY, quantize_int8, quantize_int8_per_tensor
-from models.settings import settings
+from serving.settings import settings
 from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
 

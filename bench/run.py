@@ -91,7 +91,7 @@ def bench_system(name: str, tag: str, task: str, quick: bool) -> dict:
 def main() -> None:
     from bench.ceiling import ceilings  # noqa: PLC0415
     from bench.report import write_report  # noqa: PLC0415
-    from models.settings import settings  # noqa: PLC0415
+    from serving.settings import settings  # noqa: PLC0415
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="shorter runs (4 s per load point)")

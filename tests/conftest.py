@@ -92,10 +92,10 @@ class Served(NamedTuple):
 
 
 @contextmanager
-def served(tag: str, logs: Path, name: str, **env: str):
-    """A real `bentoml serve` of ``tag`` with its log file."""
+def served(tag: str, logs: Path, name: str, target: str = "service:TextBento", **env: str):
+    """A real `bentoml serve` of ``target`` serving ``tag``, with its log file."""
     log = logs / f"{name}.log"
-    with serve(env={"TEXTBENTO_MODEL": tag, **env}, log_path=log) as server:
+    with serve(target, env={"TEXTBENTO_MODEL": tag, **env}, log_path=log) as server:
         yield Served(server.url, log, server.process)
 
 

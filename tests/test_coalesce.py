@@ -1,4 +1,4 @@
-"""models.coalesce: concurrent submits share calls, in order, without losing or leaking work."""
+"""serving.coalesce: concurrent submits share calls, in order, without losing or leaking work."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from models.coalesce import Coalescer
+from serving.coalesce import Coalescer
 
 
 class GatedCall:

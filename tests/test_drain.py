@@ -1,4 +1,4 @@
-"""models.drain: SIGTERM reaches the server's handler only once no batch has run for a while."""
+"""serving.drain: SIGTERM reaches the server's handler only once no batch has run for a while."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from models.drain import Drain
+from serving.drain import Drain
 
 
 def test_sigterm_waits_for_the_batches_then_a_quiet_spell():

@@ -25,7 +25,7 @@ from models.inference import run_batch
 from models.onnx_layout import FP16, FP32, INT8, onnx_dir
 from models.quantize import quantize_int8_per_tensor
 from models.postprocess import sentence_embeddings
-from models.settings import Settings
+from serving.settings import Settings
 from models.spec import ModelSpec
 from models.store import default_model_dir, import_model
 from models.tokenization import TextTokenizer

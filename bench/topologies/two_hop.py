@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bentoml
 
-from models.settings import settings
+from serving.settings import settings
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextTokenizer
 from service import MODEL, NEVER_RECYCLE, NO_ACCESS_LOG, TextBento, app

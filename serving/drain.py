@@ -5,7 +5,7 @@ process group, the arbiter stopping its workers). Each API worker then finishes 
 accepted, and for that it still needs the Encoder; but the Encoder's uvicorn stops taking calls
 on the same signal and BentoML cancels the calls waiting in its batcher. Measured with 16
 accepted 64-text requests: 11 answered 503 at shutdown once API workers merged their calls
-(``models/coalesce.py``), 2 before. So the runner postpones its own exit until it has run no
+(``serving/coalesce.py``), 2 before. So the runner postpones its own exit until it has run no
 batch for ``quiet_s`` (its callers are done), and never by more than ``longest_s``.
 """
 

@@ -41,7 +41,9 @@ class Settings(BaseSettings):
     # and small requests inflates the prediction; shedding only what would time out anyway keeps
     # it from refusing work that would have been answered (503s at concurrency 256 otherwise).
     max_latency_ms: int = Field(60_000, ge=1, description="adaptive batcher sheds (503) past this predicted latency")
-    # Measured at 1 text/request, c=64, 2 workers (docs/design.md): see models/coalesce.py.
+    # serving/hop.py: a keep-alive race with the Encoder's server, or the Encoder restarting.
+    encoder_attempts: int = Field(2, ge=1, description="times a call to the Encoder is sent when its connection fails before any answer")
+    # Measured at 1 text/request, c=64, 2 workers (docs/design.md): see serving/coalesce.py.
     calls_in_flight: int = Field(2, ge=1, description="calls to the Encoder in flight per API worker; texts arriving meanwhile share the next")
     # It sets the Encoder's memory (ONNX Runtime's arena keeps [budget, FFN width] intermediates);
     # past ~2,000 tokens a pass gains no speed. DistilBERT-66M, long texts (bench/results/budget.json):
@@ -51,6 +53,9 @@ class Settings(BaseSettings):
     max_inputs: int = Field(256, ge=1, description="most texts in one request (more → 413)")
     max_chars: int = Field(20_000, ge=1, description="longest text in characters (longer → 413)")
     max_body_bytes: int = Field(8 * 2**20, ge=1024, description="largest request body (larger → 413)")
+    # serving/connections.py. Each open connection holds a file descriptor: see the README on sizing the pod's limit.
+    header_timeout_s: float = Field(10.0, gt=0, description="a connection whose request headers are not complete this long after its first byte is closed")
+    keep_alive_s: float = Field(5.0, gt=0, description="an idle client connection is closed after this long")
     max_concurrency: int = Field(512, ge=1, description="requests in flight per API worker (more → 429)")
     api_keys: str = Field("", description="comma-separated bearer keys; empty → no authentication")
     api_keys_file: str = Field("", description="file with one bearer key per line, added to api_keys")
@@ -63,5 +68,9 @@ class Settings(BaseSettings):
         lines = Path(self.api_keys_file).read_text().splitlines() if self.api_keys_file else []
         return [key.strip() for key in [*self.api_keys.split(","), *lines] if key.strip()]
 
+
+# The Encoder's idle keep-alive outlasts its client's (BentoML's aiohttp session keeps an idle
+# connection 15 s), so only the client closes idle connections between the two (serving/connections.py).
+ENCODER_KEEP_ALIVE_S = 60.0
 
 settings = Settings()

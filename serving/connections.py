@@ -1,0 +1,87 @@
+"""Connection timeouts that uvicorn, as BentoML 1.4.40 runs it, lacks or does not let us set.
+
+- **Headers deadline.** uvicorn starts no timer when a connection opens, and stops its keep-alive
+  timer at the first byte of a request: a client that connects and sends nothing, or sends a
+  header line every few seconds, holds its connection (a file descriptor) forever. Here a
+  request's headers must be complete within ``header_timeout_s`` of its first byte (or of the
+  connection opening); otherwise the connection is closed.
+- **Idle keep-alive per service.** BentoML passes ``bentoml serve --timeout-keep-alive`` to the
+  public server only and starts the Encoder with uvicorn's default (5 s), shorter than the 15 s
+  for which BentoML's client (aiohttp) keeps an idle connection to reuse: the server closing a
+  connection just as the client reuses it was the failed hop of serving/hop.py. Each service sets
+  its own here, and the Encoder's outlasts its client's.
+
+uvicorn parses with httptools when it is installed (pinned in requirements/serve-*.txt); these
+limits patch that protocol class and refuse to start if uvicorn would use another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from uvicorn.protocols.http import auto, httptools_impl
+
+logger = logging.getLogger("textbento")
+Protocol = httptools_impl.HttpToolsProtocol
+
+
+@dataclass
+class Limits:
+    header_timeout_s: float | None = None
+    keep_alive_s: float | None = None
+
+
+LIMITS = Limits()
+
+
+def limit_connections(*, header_timeout_s: float, keep_alive_s: float) -> None:
+    """Applies to every connection this process's uvicorn accepts from now on."""
+    if auto.AutoHTTPProtocol is not Protocol:
+        raise RuntimeError("uvicorn does not parse HTTP with httptools here (pinned in requirements/serve-*.txt)")
+    if LIMITS.header_timeout_s is None:
+        _patch(Protocol)
+    LIMITS.header_timeout_s, LIMITS.keep_alive_s = header_timeout_s, keep_alive_s
+
+
+def _patch(protocol: type) -> None:
+    connection_made, connection_lost = protocol.connection_made, protocol.connection_lost
+    on_message_begin, on_headers_complete = protocol.on_message_begin, protocol.on_headers_complete
+
+    def _connection_made(self, transport: asyncio.Transport) -> None:
+        connection_made(self, transport)
+        self.timeout_keep_alive = LIMITS.keep_alive_s
+        _start_headers_clock(self)
+
+    def _on_message_begin(self) -> None:
+        on_message_begin(self)
+        _start_headers_clock(self)
+
+    def _on_headers_complete(self) -> None:
+        _stop_headers_clock(self)
+        on_headers_complete(self)
+
+    def _connection_lost(self, exc: Exception | None) -> None:
+        _stop_headers_clock(self)
+        connection_lost(self, exc)
+
+    protocol.connection_made, protocol.connection_lost = _connection_made, _connection_lost
+    protocol.on_message_begin, protocol.on_headers_complete = _on_message_begin, _on_headers_complete
+
+
+def _start_headers_clock(connection) -> None:
+    _stop_headers_clock(connection)
+    connection.headers_deadline = connection.loop.call_later(LIMITS.header_timeout_s, _headers_too_slow, connection)
+
+
+def _stop_headers_clock(connection) -> None:
+    if (deadline := getattr(connection, "headers_deadline", None)) is not None:
+        deadline.cancel()
+        connection.headers_deadline = None
+
+
+def _headers_too_slow(connection) -> None:
+    connection.headers_deadline = None
+    if not connection.transport.is_closing():
+        connection.transport.close()

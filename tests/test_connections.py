@@ -1,0 +1,128 @@
+"""Connection timeouts (serving/connections.py): slow clients are cut off, idle connections closed,
+and the Encoder never closes an idle connection its client may still reuse."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+import pytest
+
+from serving.settings import ENCODER_KEEP_ALIVE_S
+from tests.conftest import served
+
+SLOW_CLIENTS = 2000
+HEADER_TIMEOUT_S = 3
+
+
+def test_the_encoder_outlasts_its_clients_keep_alive():
+    """The failed hop's cause, pinned against the installed BentoML: its client session keeps an
+    idle connection for the connector's keep-alive, which must end before the Encoder's server
+    closes it (else the server may close a connection just as the client reuses it)."""
+    from _bentoml_impl.client.proxy2 import SessionManager
+
+    async def client_keep_alive() -> float:
+        session = SessionManager("file:///tmp/textbento-missing.sock", timeout=1, headers={})._make_client()
+        try:
+            return session.connector._keepalive_timeout
+        finally:
+            await session.close()
+
+    assert 0 < asyncio.run(client_keep_alive()) < ENCODER_KEEP_ALIVE_S
+
+
+async def slow_header_connection(host: str, port: int, closed_after: list[float]) -> None:
+    """Opens a connection and sends one header line a second, never finishing; records when the server closes it."""
+    opened = time.monotonic()
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: textbento\r\n")
+        for line in range(60):
+            try:
+                if await asyncio.wait_for(reader.read(1), timeout=1.0) == b"":
+                    break  # closed by the server
+            except asyncio.TimeoutError:
+                writer.write(b"X-Slow-%d: 1\r\n" % line)
+                await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    closed_after.append(time.monotonic() - opened)
+    writer.close()
+
+
+async def probe_latencies(url: str, count: int) -> list[float]:
+    import aiohttp
+
+    latencies = []
+    async with aiohttp.ClientSession() as session:
+        for i in range(count):
+            started = time.monotonic()
+            async with session.post(f"{url}/v1/embeddings", json={"input": f"probe {i}"}) as response:
+                assert response.status == 200
+                await response.read()
+            latencies.append(time.monotonic() - started)
+            await asyncio.sleep(0.05)
+    return latencies
+
+
+@pytest.fixture(scope="module")
+def guarded_server(embed_tag, logs):
+    env = {"TEXTBENTO_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S), "TEXTBENTO_KEEP_ALIVE_S": "2"}
+    with served(embed_tag, logs, "connections", **env) as server:
+        yield server
+
+
+def test_slow_header_clients_are_cut_off_while_requests_keep_their_latency(guarded_server):
+    url = guarded_server.url
+    host, port = url.removeprefix("http://").split(":")
+
+    async def scenario():
+        quiet = await probe_latencies(url, 20)
+        closed_after: list[float] = []
+        slow = [asyncio.create_task(slow_header_connection(host, int(port), closed_after)) for _ in range(SLOW_CLIENTS)]
+        await asyncio.sleep(0.5)
+        loaded = await probe_latencies(url, 20)
+        await asyncio.gather(*slow)
+        return quiet, loaded, closed_after
+
+    quiet, loaded, closed_after = asyncio.run(scenario())
+    print(f"\n{SLOW_CLIENTS} slow-header connections closed after {min(closed_after):.1f}-{max(closed_after):.1f} s; "
+          f"probe p50 {statistics.median(quiet) * 1000:.1f} ms quiet, {statistics.median(loaded) * 1000:.1f} ms among them")
+    assert len(closed_after) == SLOW_CLIENTS
+    # Cut at the deadline (not before), within a few seconds of it on a loaded 2-core machine.
+    assert HEADER_TIMEOUT_S - 0.5 < min(closed_after) and max(closed_after) < HEADER_TIMEOUT_S + 10
+    assert statistics.median(loaded) < max(3 * statistics.median(quiet), statistics.median(quiet) + 0.05)
+
+
+def test_a_silent_connection_is_closed_at_the_header_deadline(guarded_server):
+    host, port = guarded_server.url.removeprefix("http://").split(":")
+
+    async def silent() -> float:
+        opened = time.monotonic()
+        reader, writer = await asyncio.open_connection(host, int(port))
+        assert await asyncio.wait_for(reader.read(1), timeout=HEADER_TIMEOUT_S + 10) == b""
+        writer.close()
+        return time.monotonic() - opened
+
+    assert HEADER_TIMEOUT_S - 0.5 < asyncio.run(silent()) < HEADER_TIMEOUT_S + 5
+
+
+def test_an_idle_keep_alive_connection_is_closed(guarded_server):
+    """After an answer, the connection waits TEXTBENTO_KEEP_ALIVE_S (2 s here) for the next request."""
+    host, port = guarded_server.url.removeprefix("http://").split(":")
+
+    async def idle() -> float:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /livez HTTP/1.1\r\nHost: textbento\r\n\r\n")
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        await reader.readexactly(length)
+        answered = time.monotonic()
+        assert await asyncio.wait_for(reader.read(1), timeout=30) == b""
+        writer.close()
+        return time.monotonic() - answered
+
+    assert 1.5 < asyncio.run(idle()) < 6
