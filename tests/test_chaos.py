@@ -1,0 +1,14 @@
+"""A short chaos run (``make chaos`` runs 30 minutes): one SIGKILL of the Encoder, one of an API
+worker, under mixed traffic at c=64; bench/chaos.py judges what every request got."""
+
+from bench import chaos
+
+
+def test_kills_under_load_lose_nothing_and_throughput_recovers(embed_tag, tmp_path):
+    seconds = 150
+    verdict = chaos.judge(chaos.run(embed_tag, seconds, [(40, "encoder"), (95, "API worker")], tmp_path / "server.log"), seconds)
+    print("\nchaos:", {k: verdict[k] for k in ("requests", "statuses", "dropped_connections_at_worker_kills", "slowest_s", "rss_growth")})
+    for kill in verdict["kills"]:
+        print("  ", {k: kill.get(k) for k in ("what", "at_s", "replacement_started_s", "throughput_before", "back_at_s")})
+    assert verdict["passed"], verdict["failures"]
+    assert len(verdict["kills"]) == 2 and all(kill["replacement_started_s"] for kill in verdict["kills"])
