@@ -11,6 +11,9 @@
   connection just as the client reuses it was the failed hop of serving/hop.py. Each service sets
   its own here, and the Encoder's outlasts its client's.
 
+Each open connection holds a file descriptor, and container runtimes differ in the soft limit they
+give (1,024 under some): ``raise_open_files_limit`` lifts it to the hard limit, as Go's runtime does.
+
 uvicorn parses with httptools when it is installed (pinned in requirements/serve-*.txt); these
 limits patch that protocol class and refuse to start if uvicorn would use another.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 from dataclasses import dataclass
 
 from uvicorn.protocols.http import auto, httptools_impl
@@ -37,7 +41,8 @@ LIMITS = Limits()
 
 
 def limit_connections(*, header_timeout_s: float, keep_alive_s: float) -> None:
-    """Applies to every connection this process's uvicorn accepts from now on."""
+    """Applies to every connection this process's uvicorn accepts from now on, and raises its open-files limit."""
+    raise_open_files_limit()
     if auto.AutoHTTPProtocol is not Protocol:
         raise RuntimeError("uvicorn does not parse HTTP with httptools here (pinned in requirements/serve-*.txt)")
     if LIMITS.header_timeout_s is None:
@@ -85,3 +90,12 @@ def _headers_too_slow(connection) -> None:
     connection.headers_deadline = None
     if not connection.transport.is_closing():
         connection.transport.close()
+
+
+def raise_open_files_limit() -> int:
+    """Sets this process's soft limit on open files to its hard limit; returns the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 2**20  # the kernel refuses an infinite soft limit
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return target

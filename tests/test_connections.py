@@ -4,14 +4,19 @@ and the Encoder never closes an idle connection its client may still reuse."""
 from __future__ import annotations
 
 import asyncio
+import resource
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from serving.settings import ENCODER_KEEP_ALIVE_S
 from tests.conftest import served
 
+ROOT = Path(__file__).resolve().parent.parent
 SLOW_CLIENTS = 2000
 HEADER_TIMEOUT_S = 3
 
@@ -30,6 +35,16 @@ def test_the_encoder_outlasts_its_clients_keep_alive():
             await session.close()
 
     assert 0 < asyncio.run(client_keep_alive()) < ENCODER_KEEP_ALIVE_S
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_limit():
+    script = (
+        "import resource; from serving.connections import raise_open_files_limit; "
+        "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)); "
+        "print(raise_open_files_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard)"
+    )
+    raised, soft, hard = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert raised == soft and int(soft) > 256 and (soft == hard or hard == str(resource.RLIM_INFINITY))
 
 
 async def slow_header_connection(host: str, port: int, closed_after: list[float]) -> None:

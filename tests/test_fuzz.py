@@ -4,6 +4,7 @@
 """
 
 import os
+from collections import Counter
 
 import pytest
 import schemathesis
@@ -19,9 +20,19 @@ def api_schema(embed_url):
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
+calls: Counter = Counter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_calls(request):
+    """Prints how many requests each operation got (hypothesis' statistics show only one of them)."""
+    yield
+    with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+        print("\nrequests per operation: " + ", ".join(f"{name} {count}" for name, count in sorted(calls.items())))
 
 
 @schema.parametrize()
 @settings(max_examples=int(os.environ.get("TEXTBENTO_FUZZ_EXAMPLES", "40")), deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_never_errors_and_matches_its_schema(case):
+    calls[f"{case.operation.method.upper()} {case.operation.path}"] += 1
     case.call_and_validate(checks=[not_a_server_error, response_schema_conformance, status_code_conformance])
