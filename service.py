@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
+from typing import Any
 
 import bentoml
 import numpy as np
@@ -22,7 +24,7 @@ from starlette.responses import Response
 
 from api.errors import ERROR_RESPONSES, APIError, install_error_handlers
 from api.limits import check_sizes, refuse_truncated
-from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, JsonBodyOnly
+from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CountAnswers, JsonBodyOnly
 from api.options import check_dimensions, prompt_for
 from api.responses import json_response, usage
 from api.types import (
@@ -38,7 +40,7 @@ from api.types import (
     SentimentResponse,
 )
 from models.backends import load_backend
-from models.inference import InferenceThread, run_batch
+from models.inference import InferenceThread, Pass, run_passes
 from models.postprocess import ranked_labels, scores, truncate_dimensions
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextInput, TextTokenizer
@@ -48,6 +50,7 @@ from serving.dispatch import dispatch_when_free
 from serving.drain import Drain
 from serving.hop import resend_unanswered
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
+from serving.telemetry import Timing, telemetry
 
 dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
 MODEL = bentoml.models.BentoModel(settings.model)
@@ -67,6 +70,7 @@ NEVER_RECYCLE = {"max_requests": 2**62, "max_age": 1e12}
     traffic={"timeout": settings.timeout_s},
     logging=NO_ACCESS_LOG,
     runner_connection=NEVER_RECYCLE,
+    tracing=settings.tracing,
 )
 class Encoder:
     """The runner: token ids in, logits or sentence embeddings out, in adaptive batches."""
@@ -80,17 +84,21 @@ class Encoder:
         # Warm-up before /readyz turns green: the first forward pass is the slowest.
         self.thread.call(self.forward, [np.ones(16, dtype=np.int32)] * 8)
         # On SIGTERM, answer the API workers' last calls before stopping (serving/drain.py).
-        self.drain = Drain(quiet_s=1.0, longest_s=settings.timeout_s + 5)
+        self.drain = Drain(quiet_s=1.0, longest_s=settings.drain_longest_s)
         self.drain.postpone_sigterm()
         limit_connections(header_timeout_s=settings.header_timeout_s, keep_alive_s=ENCODER_KEEP_ALIVE_S)
 
-    def forward(self, token_ids: list[np.ndarray]) -> list[np.ndarray]:
-        return run_batch(self.backend, token_ids, self.spec.pad_id, settings.token_budget)
+    def forward(self, token_ids: list[np.ndarray]) -> tuple[list[np.ndarray], list[Pass]]:
+        return run_passes(self.backend, token_ids, self.spec.pad_id, settings.token_budget)
 
+    # Per text: (its row, the forward pass that computed it). ``Any``: BentoML validates an ndarray
+    # only as a list's item, and the pickle between the services carries the tuple as it is.
     @bentoml.api(batchable=True, max_batch_size=settings.max_batch_size, max_latency_ms=settings.max_latency_ms)
-    async def encode(self, token_ids: list[np.ndarray]) -> list[np.ndarray]:
+    async def encode(self, token_ids: list[np.ndarray]) -> list[Any]:
         with self.drain.batch():
-            return await self.thread.run(self.forward, token_ids)
+            rows, passes = await self.thread.run(self.forward, token_ids)
+        telemetry.passes(set(passes))
+        return list(zip(rows, passes))
 
     @bentoml.api
     def device(self) -> dict[str, str]:
@@ -103,14 +111,16 @@ install_error_handlers(app)
 app.add_middleware(AdmissionLimit, limit=settings.max_concurrency)
 app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
 app.add_middleware(JsonBodyOnly)
+app.add_middleware(CountAnswers, routes=lambda: app.openapi()["paths"])  # the declared routes
 
 
 @bentoml.service(
     name="textbento",
     workers=settings.workers,
     # BentoML's own 504 is only a backstop: run() answers first, in the API's error shape.
-    traffic={"timeout": settings.timeout_s + 5},
+    traffic={"timeout": settings.backstop_timeout_s},
     logging=NO_ACCESS_LOG,
+    tracing=settings.tracing,
 )
 @bentoml.asgi_app(app)
 class TextBento:
@@ -130,35 +140,43 @@ class TextBento:
         encode = resend_unanswered(lambda token_ids: self.encoder.to_async.encode(token_ids), settings.encoder_attempts)
         self.encoder_calls = Coalescer(encode, max_items=settings.max_batch_size, in_flight=settings.calls_in_flight)
 
-    async def run(self, texts: list[TextInput], task: str, truncate: bool, param: str) -> tuple[list[Encoded], list[np.ndarray]]:
+    async def run(self, texts: list[TextInput], task: str, truncate: bool, param: str) -> tuple[list[Encoded], list[np.ndarray], Timing]:
         """Check, tokenize off the event loop, then encode; the texts share calls to the Encoder
-        with other requests' texts (``serving/coalesce.py``)."""
+        with other requests' texts (``serving/coalesce.py``). Timed for the answer's headers."""
         if task != self.spec.task:
             raise APIError(400, "wrong_task", f"the served model {self.model.tag.name!r} does {self.spec.task!r}, not {task!r}")
         check_sizes(texts, param, settings.max_inputs, settings.max_chars)
+        timing = Timing(texts=len(texts))
         try:
             async with asyncio.timeout(settings.timeout_s):
                 encoded = await self.tokenize(texts)
+                timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
                 if not truncate:
                     refuse_truncated(encoded, param, self.spec.max_length)
-                outputs = await self.encoder_calls.submit([e.ids for e in encoded])
+                carried = await self.encoder_calls.submit([e.ids for e in encoded])
         except TimeoutError:
             raise APIError(504, "timeout", f"not answered within {settings.timeout_s} s", retry_after=1) from None
-        return encoded, outputs
+        timing.encoded, timing.passes = time.time(), [Pass(*forward) for _, forward in carried]
+        return encoded, [row for row, _ in carried], timing
 
     async def tokenize(self, texts: list[TextInput]) -> list[Encoded]:
         return await asyncio.to_thread(self.tokenizer.encode, texts)
 
     def check_model(self, name: str | None) -> None:
         if name not in self.aliases:
-            raise APIError(404, "model_not_found", f"model {name!r} is not served here; this server serves {self.model.tag.name!r}", "model")
+            raise APIError(
+                404, "model_not_found", f"model {name!r} is not served here; this server serves {self.model.tag.name!r}", "model"
+            )
 
-    def answer(self, data: list[dict], encoded: list[Encoded]) -> Response:
-        """The list answer of every route, straight to JSON (``api/responses.py``)."""
-        return json_response({"object": "list", "data": data, "model": self.model.tag.name, "usage": self.usage(encoded)})
+    def answer(self, data: list[dict], timing: Timing) -> Response:
+        """The list answer of the routes, straight to JSON (``api/responses.py``)."""
+        return self.timed({"object": "list", "data": data, "model": self.model.tag.name, "usage": usage(timing.tokens)}, timing)
 
-    def usage(self, encoded: list[Encoded]) -> dict[str, int]:
-        return usage(sum(e.tokens for e in encoded))
+    def timed(self, payload: dict, timing: Timing) -> Response:
+        """``payload`` with the timing headers; the request's metrics and spans recorded."""
+        timing.answered = time.time()
+        telemetry.request(timing)
+        return json_response(payload, headers=timing.headers())
 
     def classifications(self, encoded: list[Encoded], logits: list[np.ndarray], top_k: int | None, raw: bool = False) -> list[dict]:
         """One answer per text: its best label and score, and the ``top_k`` best when asked for."""
@@ -171,35 +189,39 @@ class TextBento:
 
     @app.post("/v1/classify", response_model=ClassifyResponse, responses=ERROR_RESPONSES)
     async def classify(self, request: ClassifyRequest) -> Response:
-        encoded, logits = await self.run(request.inputs, "classify", request.truncate, "inputs")
-        return self.answer(self.classifications(encoded, logits, request.top_k, request.raw_scores), encoded)
+        encoded, logits, timing = await self.run(request.inputs, "classify", request.truncate, "inputs")
+        return self.answer(self.classifications(encoded, logits, request.top_k, request.raw_scores), timing)
 
     @app.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERROR_RESPONSES)
     async def embeddings(self, request: EmbeddingsRequest) -> Response:
         self.check_model(request.model)
         check_dimensions(self.spec, request.dimensions)
         prompt = prompt_for(self.spec, request.prompt_name, request.prompt)
-        encoded, vectors = await self.run([prompt + text for text in request.input], "embed", request.truncate, "input")
+        _, vectors, timing = await self.run([prompt + text for text in request.input], "embed", request.truncate, "input")
         encode = base64_floats if request.encoding_format == "base64" else np.ndarray.tolist
         vectors = [truncate_dimensions(vector, request.dimensions, self.spec.normalize) for vector in vectors]
-        return self.answer([{"object": "embedding", "index": i, "embedding": encode(vector)} for i, vector in enumerate(vectors)], encoded)
+        return self.answer([{"object": "embedding", "index": i, "embedding": encode(vector)} for i, vector in enumerate(vectors)], timing)
 
     @app.post("/v1/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
     async def rerank(self, request: RerankRequest) -> Response:
         """The documents by relevance to the query: each pair scored by the cross-encoder, best first."""
         self.check_model(request.model)
         if self.spec.task == "classify" and len(self.spec.labels) != 1:
-            raise APIError(400, "wrong_task", f"the served model {self.model.tag.name!r} has {len(self.spec.labels)} labels; "
-                           "a reranker (cross-encoder) has one", "model")
+            raise APIError(
+                400,
+                "wrong_task",
+                f"the served model {self.model.tag.name!r} has {len(self.spec.labels)} labels; a reranker (cross-encoder) has one",
+                "model",
+            )
         pairs = [(request.query, document) for document in request.documents]
-        encoded, logits = await self.run(pairs, "classify", True, "documents")
+        _, logits, timing = await self.run(pairs, "classify", True, "documents")
         relevance = [float(scores(row, self.spec.activation)[0]) for row in logits]
         best_first = sorted(range(len(pairs)), key=lambda index: -relevance[index])[: request.top_n]
         results = [
             {"index": i, "relevance_score": relevance[i], **({"document": {"text": pairs[i][1]}} if request.return_documents else {})}
             for i in best_first
         ]
-        return json_response({"model": self.model.tag.name, "results": results, "usage": self.usage(encoded)})
+        return self.timed({"model": self.model.tag.name, "results": results, "usage": usage(timing.tokens)}, timing)
 
     @app.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
     async def models(self) -> ModelList:
@@ -221,10 +243,10 @@ class TextBento:
         return ModelList(data=[card])
 
     @app.post("/api/v1/sentiment", response_model=SentimentResponse, responses=ERROR_RESPONSES)
-    async def sentiment(self, request: SentimentRequest) -> SentimentResponse:
-        encoded, logits = await self.run([request.text], "classify", True, "inputs")
+    async def sentiment(self, request: SentimentRequest) -> Response:
+        encoded, logits, timing = await self.run([request.text], "classify", True, "inputs")
         (answer,) = self.classifications(encoded, logits, None)
-        return SentimentResponse(label=answer["label"], confidence=answer["score"])
+        return self.timed({"label": answer["label"], "confidence": answer["score"]}, timing)
 
 
 if keys := settings.keys():

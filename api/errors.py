@@ -12,6 +12,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from serving.telemetry import telemetry
+
 logger = logging.getLogger("textbento")
 
 
@@ -45,15 +47,14 @@ ERROR_RESPONSES: dict[int | str, dict] = {
 class APIError(Exception):
     """An error the client can act on; raised anywhere in a request, answered by the handlers below."""
 
-    def __init__(
-        self, status: int, type: str, message: str, param: str | None = None, retry_after: int | None = None
-    ) -> None:
+    def __init__(self, status: int, type: str, message: str, param: str | None = None, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status, self.type, self.message, self.param = status, type, message, param
         self.retry_after = retry_after
 
 
 def error_response(error: APIError) -> JSONResponse:
+    telemetry.rejected(error.type)
     headers = {"Retry-After": str(error.retry_after)} if error.retry_after is not None else None
     body = ErrorBody(error=ErrorDetail(type=error.type, message=error.message, param=error.param))
     return JSONResponse(body.model_dump(), status_code=error.status, headers=headers)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import Iterable
+from collections.abc import Callable, Iterable
+from functools import cached_property
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from serving.telemetry import telemetry
 
 from .errors import APIError, error_response
 
@@ -105,3 +108,37 @@ class AdmissionLimit:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+
+
+class CountAnswers:
+    """Outermost: every answer of the API's routes counted by route and status, requests in flight gauged.
+
+    The route label is the path when it is one of the ``routes()`` (read at the first request, once
+    every route is declared), else ``other``: a label per unknown path would let any client grow
+    the metrics without bound.
+    """
+
+    def __init__(self, app: ASGIApp, routes: Callable[[], Iterable[str]]) -> None:
+        self.app, self.declared = app, routes
+
+    @cached_property
+    def routes(self) -> frozenset[str]:
+        return frozenset(self.declared())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        route = scope["path"] if scope["path"] in self.routes else "other"
+        status = 500  # if nothing is sent at all
+
+        async def counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with telemetry.in_flight():
+            try:
+                await self.app(scope, receive, counted)
+            finally:
+                telemetry.answered(route, status)

@@ -16,9 +16,9 @@ import pydantic_core
 from starlette.responses import Response
 
 
-def json_response(payload: Any) -> Response:
+def json_response(payload: Any, headers: dict[str, str] | None = None) -> Response:
     """``payload`` (dicts, lists, str, int, float) as an ``application/json`` response."""
-    return Response(pydantic_core.to_json(payload), media_type="application/json")
+    return Response(pydantic_core.to_json(payload), media_type="application/json", headers=headers)
 
 
 def usage(tokens: int) -> dict[str, int]:

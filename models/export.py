@@ -25,6 +25,8 @@ from .onnx_layout import FP16, FP32, INPUTS, INT8, TOKEN_TYPES, onnx_dir
 from .quantize import quantize_fp16, quantize_int8
 from .spec import ModelSpec
 
+progress = logging.getLogger("textbento.import")
+
 # One warning per torchvision operator on every export ("torchvision is not installed"): not used here.
 logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
 
@@ -90,5 +92,9 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
 def export_model(model_dir: str | Path, spec: ModelSpec) -> list[Path]:
     """Writes the fp32, int8 and fp16 graphs into ``<model_dir>/onnx/``; returns their paths."""
     directory = onnx_dir(model_dir)
+    progress.info("exporting the fp32 ONNX graph")
     fp32 = export_fp32(model_dir, spec, directory / FP32)
-    return [fp32, quantize_int8(fp32, directory / INT8), quantize_fp16(fp32, directory / FP16)]
+    progress.info("quantizing to per-token int8 (CPU)")
+    int8 = quantize_int8(fp32, directory / INT8)
+    progress.info("converting to fp16 (CUDA)")
+    return [fp32, int8, quantize_fp16(fp32, directory / FP16)]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -14,16 +16,33 @@ from .batching import pad, plan_sub_batches
 T = TypeVar("T")
 
 
-def run_batch(
-    backend: Backend, token_ids: Sequence[np.ndarray], pad_id: int, token_budget: int
-) -> list[np.ndarray]:
+class Pass(NamedTuple):
+    """One forward pass, as each text it carried reports it (to the timing headers and metrics)."""
+
+    started: float  # wall clock (time.time()): comparable across the processes of a pod
+    finished: float
+    texts: int
+    padded_tokens: int  # rows × longest row
+    tokens: int  # the real ones
+
+
+def run_batch(backend: Backend, token_ids: Sequence[np.ndarray], pad_id: int, token_budget: int) -> list[np.ndarray]:
     """One output row per input sequence, in input order, computed in length-sorted sub-batches."""
+    return run_passes(backend, token_ids, pad_id, token_budget)[0]
+
+
+def run_passes(backend: Backend, token_ids: Sequence[np.ndarray], pad_id: int, token_budget: int) -> tuple[list[np.ndarray], list[Pass]]:
+    """``run_batch``'s rows, and for each sequence the forward pass that computed it."""
     outputs: list[np.ndarray] = [np.empty(0)] * len(token_ids)
+    passes: list[Pass] = [None] * len(token_ids)  # type: ignore[list-item]
     for group in plan_sub_batches([len(ids) for ids in token_ids], token_budget):
         input_ids, attention_mask = pad([token_ids[index] for index in group], pad_id)
-        for index, row in zip(group, backend.forward(input_ids, attention_mask)):
-            outputs[index] = row
-    return outputs
+        started = time.time()
+        rows = backend.forward(input_ids, attention_mask)
+        forward = Pass(started, time.time(), len(group), input_ids.size, int(attention_mask.sum()))
+        for index, row in zip(group, rows):
+            outputs[index], passes[index] = row, forward
+    return outputs, passes
 
 
 class InferenceThread:

@@ -14,6 +14,7 @@ then resolves to it and the old version stays as it was.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from .detection import UnsupportedModel, detect_spec, detect_task, read_sentence_transformers
 from .postprocess import DENSE_FILE
 from .spec import ModelSpec
+
+# Progress of the long steps, for the command lines (train_import/cli.py shows it on stderr).
+progress = logging.getLogger("textbento.import")
 
 DEFAULT_NAME = "text-model"
 # Only what serving needs: config, tokenizer files, weights, sentence-transformers settings.
@@ -37,6 +41,7 @@ def download(model_id: str, revision: str | None = None) -> Path:
     """A local snapshot of a Hub repository (safetensors weights; ``.bin`` only when there are none)."""
     from huggingface_hub import list_repo_files, snapshot_download
 
+    progress.info("downloading %s from the Hugging Face Hub", model_id)  # with huggingface_hub's own progress bars
     files = list_repo_files(model_id, revision=revision)
     patterns = HUB_PATTERNS if any(f.endswith(".safetensors") for f in files) else [*HUB_PATTERNS, "*.bin"]
     return Path(snapshot_download(model_id, revision=revision, allow_patterns=patterns))
@@ -66,10 +71,12 @@ def import_model(
     source: str = "",
     revision: str | None = None,
     onnx: bool = True,
+    training: dict[str, Any] | None = None,
 ) -> bentoml.Tag:
     """Saves the model in ``model_dir`` into the store; raises ``UnsupportedModel`` with the reason.
 
-    With ``onnx`` (the default), the ONNX graphs of ``models.export`` are saved with it.
+    With ``onnx`` (the default), the ONNX graphs of ``models.export`` are saved with it;
+    ``training``, the record of the fine-tuning run that made the model, goes into its metadata.
     """
     if not model_dir.is_dir():
         raise UnsupportedModel(f"no such directory: {model_dir}")
@@ -95,13 +102,15 @@ def import_model(
         revision=revision,
     )
     model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
+    progress.info("loading %s (%s)", source, spec.task)
     model = model_class.from_pretrained(str(model_dir))
-    metadata = {**spec.to_metadata(), "versions": _library_versions()}
+    metadata = {**spec.to_metadata(), "versions": _library_versions(), **({"training": training} if training else {})}
     with bentoml.models.create(
         name,
         labels={"task": spec.task, "framework": "transformers"},
         metadata=_with_onnx(metadata) if onnx else metadata,
     ) as stored:
+        progress.info("saving to the store as %s", stored.tag)
         model.save_pretrained(stored.path)
         tokenizer.save_pretrained(stored.path)
         if spec.dense:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -40,11 +40,15 @@ class Settings(BaseSettings):
     # BentoML's batcher predicts latency per *call*, whatever its number of texts, so a mix of big
     # and small requests inflates the prediction; shedding only what would time out anyway keeps
     # it from refusing work that would have been answered (503s at concurrency 256 otherwise).
-    max_latency_ms: int = Field(60_000, ge=1, description="adaptive batcher sheds (503) past this predicted latency")
+    max_latency_ms: int | None = Field(
+        None, ge=1, description="adaptive batcher sheds (503) past this predicted latency; default: the timeout"
+    )
     # serving/hop.py: a keep-alive race with the Encoder's server, or the Encoder restarting.
     encoder_attempts: int = Field(2, ge=1, description="times a call to the Encoder is sent when its connection fails before any answer")
     # Measured at 1 text/request, c=64, 2 workers (docs/design.md): see serving/coalesce.py.
-    calls_in_flight: int = Field(2, ge=1, description="calls to the Encoder in flight per API worker; texts arriving meanwhile share the next")
+    calls_in_flight: int = Field(
+        2, ge=1, description="calls to the Encoder in flight per API worker; texts arriving meanwhile share the next"
+    )
     # It sets the Encoder's memory (ONNX Runtime's arena keeps [budget, FFN width] intermediates);
     # past ~2,000 tokens a pass gains no speed. DistilBERT-66M, long texts (bench/results/budget.json):
     # 8,192 → 1,466 MiB and 25.9 texts/s, 2,048 → 887 MiB and 27.9 texts/s.
@@ -54,12 +58,44 @@ class Settings(BaseSettings):
     max_chars: int = Field(20_000, ge=1, description="longest text in characters (longer → 413)")
     max_body_bytes: int = Field(8 * 2**20, ge=1024, description="largest request body (larger → 413)")
     # serving/connections.py. Each open connection holds a file descriptor: see the README on sizing the pod's limit.
-    header_timeout_s: float = Field(10.0, gt=0, description="a connection whose request headers are not complete this long after its first byte is closed")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a connection whose request headers are not complete this long after its first byte is closed"
+    )
     keep_alive_s: float = Field(5.0, gt=0, description="an idle client connection is closed after this long")
     max_concurrency: int = Field(512, ge=1, description="requests in flight per API worker (more → 429)")
     api_keys: str = Field("", description="comma-separated bearer keys; empty → no authentication")
     api_keys_file: str = Field("", description="file with one bearer key per line, added to api_keys")
     metrics_public: bool = Field(True, description="whether /metrics stays open when keys are set")
+    metrics: bool = Field(True, description="textbento's Prometheus families and trace spans (off: BentoML's only)")
+    otlp_endpoint: str = Field("", description="OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces); empty: no traces")
+    trace_sample_rate: float = Field(1.0, ge=0, le=1, description="share of requests traced when otlp_endpoint is set")
+
+    @property
+    def tracing(self) -> dict:
+        """BentoML's tracing configuration of each service: OTLP over HTTP when an endpoint is set."""
+        if not self.otlp_endpoint:
+            return {}
+        return {
+            "exporter_type": "otlp",
+            "sample_rate": self.trace_sample_rate,
+            "otlp": {"protocol": "http", "endpoint": self.otlp_endpoint},
+        }
+
+    @model_validator(mode="after")
+    def _derive(self) -> Settings:
+        if self.max_latency_ms is None:
+            self.max_latency_ms = self.timeout_s * 1000  # shed only what would time out anyway
+        return self
+
+    @property
+    def backstop_timeout_s(self) -> int:
+        """BentoML's own timeout of the API service: behind ``timeout_s``, so that the API answers first, in its error shape."""
+        return self.timeout_s + BACKSTOP_MARGIN_S
+
+    @property
+    def drain_longest_s(self) -> int:
+        """Longest the Encoder defers its SIGTERM: a request accepted just before may need it until its backstop."""
+        return self.backstop_timeout_s
 
     def keys(self) -> list[str]:
         """Every configured API key (the variable's and the file's), blanks dropped."""
@@ -69,6 +105,7 @@ class Settings(BaseSettings):
         return [key.strip() for key in [*self.api_keys.split(","), *lines] if key.strip()]
 
 
+BACKSTOP_MARGIN_S = 5
 # The Encoder's idle keep-alive outlasts its client's (BentoML's aiohttp session keeps an idle
 # connection 15 s), so only the client closes idle connections between the two (serving/connections.py).
 ENCODER_KEEP_ALIVE_S = 60.0

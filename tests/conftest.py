@@ -19,13 +19,35 @@ os.environ["BENTOML_HOME"] = tempfile.mkdtemp(prefix="textbento-test-home-")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("BENTOML_DO_NOT_TRACK", "true")
 
-import pytest  # noqa: E402
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.serving import serve  # noqa: E402
 from bench.testmodels import build_bert_classifier, build_classifier  # noqa: E402
+
+TIMING_HEADERS = ("x-compute-time", "x-compute-tokens", "x-tokenization-time", "x-queue-time", "x-inference-time")
+
+
+def check_timing_headers(response) -> dict[str, float]:
+    """The TEI timing headers of a 200 answer: present, numbers, the parts within the whole."""
+    assert response.status_code == 200, response.text
+    values = {name: float(response.headers[name]) for name in TIMING_HEADERS}
+    parts = values["x-tokenization-time"] + values["x-queue-time"] + values["x-inference-time"]
+    assert all(value >= 0 for value in values.values()) and values["x-compute-tokens"] >= 1
+    assert parts <= values["x-compute-time"] + 0.05, values
+    return values
+
+
+def auto_backend() -> tuple[str, str]:
+    """(backend, device) that ``auto`` must pick here: fp16 ONNX on a CUDA machine, per-token int8 on CPU."""
+    import onnxruntime
+    import torch
+
+    cuda = torch.cuda.is_available() and "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    return ("onnx", "cuda") if cuda else ("onnx-int8", "cpu")
+
 
 def run_import(*args: str) -> subprocess.CompletedProcess:
     """The real import CLI, in a subprocess, against the test store."""

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from models.batching import pad, plan_sub_batches
-from models.inference import run_batch
+from models.inference import run_batch, run_passes
 
 
 def test_groups_cover_every_index_once_shortest_first():
@@ -68,3 +68,15 @@ def test_like_lengths_run_as_one_pass_unlike_ones_are_cut():
     lengths = [40, 10] * 32  # one pass of 64 would pad the 32 short ones to 40
     groups = plan_sub_batches(lengths, token_budget=8192)
     assert [sorted({lengths[i] for i in group}) for group in groups] == [[10], [40]]
+
+
+def test_each_text_reports_the_pass_that_computed_it():
+    sequences = [np.full(n, 1, dtype=np.int32) for n in (3, 50, 4, 60, 5)]
+    backend = RecordingBackend()
+    _, passes = run_passes(backend, sequences, pad_id=0, token_budget=128)
+    assert len(backend.shapes) == len(set(passes)) == 2  # the short three, the long two
+    for sequence, forward in zip(sequences, passes):
+        rows, width = next(shape for shape in backend.shapes if shape[0] == forward.texts)
+        assert forward.padded_tokens == rows * width and len(sequence) <= width
+        assert forward.tokens == sum(len(s) for s, p in zip(sequences, passes) if p == forward)
+        assert forward.started <= forward.finished

@@ -15,12 +15,17 @@ import torch
 from transformers import AutoTokenizer, BertForSequenceClassification
 
 from bench.testmodels import build_bert_classifier
-from tests.conftest import run_import, served
+from tests.conftest import check_timing_headers, run_import, served
 
 TEXTS = ["a query and its passage", "ok", "Déjà vu: the same text twice, then a third time."]
 QUERY = "how do I reset my password"
-DOCUMENTS = ["Open settings, then security, then reset password.", "Bananas are rich in potassium.",
-             "Passwords can be reset from the login page.", "ok", "The weather is fine today. " * 30]
+DOCUMENTS = [
+    "Open settings, then security, then reset password.",
+    "Bananas are rich in potassium.",
+    "Passwords can be reset from the login page.",
+    "ok",
+    "The weather is fine today. " * 30,
+]
 MULTI_LABEL = {"num_labels": 3, "problem_type": "multi_label_classification", "id2label": {0: "urgent", 1: "billing", 2: "bug"}}
 
 
@@ -115,6 +120,7 @@ def test_rerank_orders_documents_by_relevance(cross_encoder):
     assert answer["usage"]["prompt_tokens"] == answer["usage"]["total_tokens"] > 0
     everything = post(url, "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS})
     assert len(everything["results"]) == len(DOCUMENTS) and "document" not in everything["results"][0]
+    check_timing_headers(requests.post(f"{url}/v1/rerank", json={"query": QUERY, "documents": DOCUMENTS}, timeout=60))
 
 
 @pytest.mark.parametrize(

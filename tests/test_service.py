@@ -8,6 +8,8 @@ import pytest
 import requests
 
 from bench.load import batch_histogram, closed_loop
+from tests.conftest import auto_backend, check_timing_headers
+from tests.reference import class_probabilities
 
 
 def post(url, path, body):
@@ -27,7 +29,7 @@ def test_models_describes_the_served_model(embed_url, embed_tag):
     (card,) = requests.get(f"{embed_url}/v1/models", timeout=5).json()["data"]
     assert card["id"] == "minilm" and card["tag"] == embed_tag and card["object"] == "model"
     assert (card["task"], card["dimensions"], card["max_length"]) == ("embed", 384, 256)
-    assert (card["backend"], card["device"]) == ("onnx-int8", "cpu")  # the default (auto) on a CPU
+    assert (card["backend"], card["device"]) == auto_backend()
 
 
 def test_embeddings_one_and_many_with_usage(embed_url):
@@ -63,17 +65,25 @@ def test_truncation_is_reported_or_refused(embed_url, classify_url):
     assert "input 1" in refused.json()["error"]["message"]
 
 
-def test_classify_labels_and_top_k(classify_url):
-    body = post(classify_url, "/v1/classify", {"inputs": "a film", "top_k": 5}).json()
-    (item,) = body["data"]
-    assert item["label"] in {"NEGATIVE", "POSITIVE"}
-    assert [s["label"] for s in item["scores"]][0] == item["label"]
-    assert len(item["scores"]) == 2 and np.isclose(sum(s["score"] for s in item["scores"]), 1.0)
+def test_classify_labels_and_top_k_are_transformers_own(classify_url, classifier_dir):
+    """Labels ranked by transformers' own probabilities on the same weights (torch serves this one)."""
+    from transformers import AutoConfig
+
+    labels = AutoConfig.from_pretrained(str(classifier_dir)).id2label
+    (probabilities,) = class_probabilities(classifier_dir, ["a film"])
+    expected = sorted(((labels[i], float(p)) for i, p in enumerate(probabilities)), key=lambda pair: -pair[1])
+    response = post(classify_url, "/v1/classify", {"inputs": "a film", "top_k": 5})
+    check_timing_headers(response)
+    (item,) = response.json()["data"]
+    assert [s["label"] for s in item["scores"]] == [label for label, _ in expected] and item["label"] == expected[0][0]
+    assert [s["score"] for s in item["scores"]] == pytest.approx([p for _, p in expected], abs=1e-5)
     assert post(classify_url, "/v1/classify", {"inputs": "a film"}).json()["data"][0]["scores"] is None
 
 
 def test_sentiment_alias_matches_classify(classify_url):
-    alias = post(classify_url, "/api/v1/sentiment", {"text": "what a great movie"}).json()
+    response = post(classify_url, "/api/v1/sentiment", {"text": "what a great movie"})
+    check_timing_headers(response)
+    alias = response.json()
     full = post(classify_url, "/v1/classify", {"inputs": "what a great movie"}).json()["data"][0]
     assert alias == {"label": full["label"], "confidence": pytest.approx(full["score"])}
 
@@ -120,7 +130,7 @@ def test_unknown_model_name_gets_404(embed_url):
 
 
 def test_concurrent_load_is_batched_without_errors(embed_url):
-    words = "the quick brown fox jumps over a lazy dog while models serve text".split()
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "models", "serve", "text"]
     rng = np.random.default_rng(0)
     texts = [" ".join(rng.choice(words, size=rng.integers(5, 30))) for _ in range(64)]
     before = batch_histogram(embed_url)

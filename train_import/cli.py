@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import sys
-from typing import Callable
+import time
+from collections.abc import Callable
 
 import bentoml
 
 
 def report(verb: str, action: Callable[[], bentoml.Tag], failures: tuple[type[Exception], ...]) -> int:
-    """Runs ``action``; prints its tag and returns 0, or prints ``<verb> failed: <reason>`` and returns 1."""
+    """Runs ``action``; prints its tag and returns 0, or prints ``<verb> failed: <reason>`` and returns 1.
+
+    Its long steps (loading, saving, exporting, quantizing) are shown on stderr as they start.
+    """
+    show_progress()
     try:
         tag = action()
     except failures as error:
@@ -17,3 +23,18 @@ def report(verb: str, action: Callable[[], bentoml.Tag], failures: tuple[type[Ex
         return 1
     print(tag)
     return 0
+
+
+def show_progress() -> None:
+    started = time.monotonic()
+
+    class Elapsed(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return f"[{time.monotonic() - started:6.1f} s] {record.getMessage()}"
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(Elapsed())
+    progress = logging.getLogger("textbento.import")
+    progress.handlers[:] = [handler]
+    progress.setLevel(logging.INFO)
+    progress.propagate = False

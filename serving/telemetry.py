@@ -1,0 +1,150 @@
+"""What every request and every forward pass tells the operator: Prometheus families, timing
+headers and trace spans, from one record per request (``Timing``).
+
+Prometheus: ``prometheus_client`` in BentoML's multi-process mode, so the families of every API
+worker and of the Encoder come out of one ``/metrics``. BentoML points ``PROMETHEUS_MULTIPROC_DIR``
+at its directory only after importing the service, so the families are created on first use,
+never at import. Traces: spans under BentoML's request span, from its tracer provider (OTLP when
+``TEXTBENTO_OTLP_ENDPOINT`` is set); the queue wait and the forward passes happened elsewhere
+(the coalescer, the Encoder), so their spans are written afterwards from the recorded times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import SimpleNamespace
+
+from models.inference import Pass
+
+from .settings import settings
+
+SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TEXTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+TOKENS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
+PADDING = (1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
+# error.type of the answers that turn work away, by the reason operators read in textbento_rejected_total.
+REJECTIONS = {"too_many_requests": "admission", "overloaded": "shed", "runner_unavailable": "unavailable", "timeout": "timeout"}
+
+
+@dataclass
+class Timing:
+    """One request's way through the service, in wall-clock seconds (``time.time()``)."""
+
+    started: float = field(default_factory=time.time)
+    tokenized: float = 0.0
+    encoded: float = 0.0  # the last of its texts came back from the Encoder
+    answered: float = 0.0
+    texts: int = 0
+    tokens: int = 0
+    passes: list[Pass] = field(default_factory=list)  # the forward pass of each text
+
+    @property
+    def first_pass(self) -> float:
+        return min(p.started for p in self.passes)
+
+    @property
+    def last_pass(self) -> float:
+        return max(p.finished for p in self.passes)
+
+    def headers(self) -> dict[str, str]:
+        """TEI's timing headers, in milliseconds: where this request's time went."""
+        seconds = {
+            "x-compute-time": self.answered - self.started,
+            "x-tokenization-time": self.tokenized - self.started,
+            "x-queue-time": max(0.0, self.first_pass - self.tokenized),
+            "x-inference-time": self.last_pass - self.first_pass,
+        }
+        return {"x-compute-tokens": str(self.tokens), **{name: f"{value * 1000:.2f}" for name, value in seconds.items()}}
+
+
+class Telemetry:
+    """The service's Prometheus families and spans; every method is a no-op when ``enabled`` is false,
+    and no span is made when nothing would export it (``traced`` false)."""
+
+    def __init__(self, enabled: bool, traced: bool = False) -> None:
+        self.enabled, self.traced = enabled, enabled and traced
+
+    @cached_property
+    def families(self) -> SimpleNamespace:
+        import prometheus_client as prom  # here: after BentoML has set PROMETHEUS_MULTIPROC_DIR
+
+        return SimpleNamespace(
+            requests=prom.Counter("textbento_requests", "answers by route and HTTP status", ["route", "status"]),
+            rejected=prom.Counter("textbento_rejected", "requests turned away, by reason", ["reason"]),
+            inflight=prom.Gauge("textbento_inflight_requests", "requests being answered", multiprocess_mode="livesum"),
+            request_tokens=prom.Histogram("textbento_request_tokens", "tokens per request", buckets=TOKENS),
+            request_texts=prom.Histogram("textbento_request_texts", "texts per request", buckets=TEXTS),
+            tokenization=prom.Histogram("textbento_tokenization_seconds", "tokenizing a request", buckets=SECONDS),
+            queue=prom.Histogram(
+                "textbento_queue_seconds", "from tokenized to the start of the first forward pass carrying the request", buckets=SECONDS
+            ),
+            inference=prom.Histogram("textbento_inference_seconds", "the forward passes carrying the request", buckets=SECONDS),
+            batch_texts=prom.Histogram("textbento_batch_texts", "texts per forward pass", buckets=TEXTS),
+            batch_padded_tokens=prom.Histogram("textbento_batch_padded_tokens", "padded tokens per forward pass", buckets=TOKENS),
+            padding_ratio=prom.Histogram("textbento_padding_ratio", "padded / real tokens per forward pass", buckets=PADDING),
+        )
+
+    @cached_property
+    def tracer(self):
+        from bentoml._internal.configuration.containers import BentoMLContainer
+
+        return BentoMLContainer.tracer_provider.get().get_tracer("textbento")
+
+    def answered(self, route: str, status: int) -> None:
+        if self.enabled:
+            self.families.requests.labels(route, str(status)).inc()
+
+    def rejected(self, error_type: str) -> None:
+        if self.enabled and error_type in REJECTIONS:
+            self.families.rejected.labels(REJECTIONS[error_type]).inc()
+
+    @contextmanager
+    def in_flight(self) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        self.families.inflight.inc()
+        try:
+            yield
+        finally:
+            self.families.inflight.dec()
+
+    def request(self, timing: Timing) -> None:
+        """An answered request: its sizes and stage times, and a span per stage under BentoML's request span."""
+        if not self.enabled:
+            return
+        f, first, last = self.families, timing.first_pass, timing.last_pass
+        f.request_texts.observe(timing.texts)
+        f.request_tokens.observe(timing.tokens)
+        f.tokenization.observe(timing.tokenized - timing.started)
+        f.queue.observe(max(0.0, first - timing.tokenized))
+        f.inference.observe(last - first)
+        if not self.traced:
+            return
+        self._span("tokenize", timing.started, timing.tokenized, {"request.texts": timing.texts, "request.tokens": timing.tokens})
+        self._span("wait", timing.tokenized, max(first, timing.tokenized))
+        for p in sorted(set(timing.passes)):
+            self._span(
+                "forward", p.started, p.finished, {"batch.texts": p.texts, "batch.padded_tokens": p.padded_tokens, "batch.tokens": p.tokens}
+            )
+        self._span("postprocess", timing.encoded, timing.answered)
+
+    def _span(self, name: str, start: float, end: float, attributes: dict | None = None) -> None:
+        self.tracer.start_span(name, start_time=int(start * 1e9), attributes=attributes).end(end_time=int(end * 1e9))
+
+    def passes(self, passes: set[Pass]) -> None:
+        """The Encoder's forward passes (each once, however many texts of it went to how many calls)."""
+        if not self.enabled:
+            return
+        f = self.families
+        for p in passes:
+            f.batch_texts.observe(p.texts)
+            f.batch_padded_tokens.observe(p.padded_tokens)
+            f.padding_ratio.observe(p.padded_tokens / max(p.tokens, 1))
+
+
+telemetry = Telemetry(settings.metrics, traced=bool(settings.otlp_endpoint))
