@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from locust import FastHttpUser, LoadTestShape, between, tag, task
 from locust.exception import StopUser
@@ -25,11 +26,57 @@ from locust.exception import StopUser
 API_KEY = os.environ.get("TEXTBENTO_API_KEY")
 RAMP_PEAK = int(os.environ.get("TEXTBENTO_RAMP") or 0)
 # Common words: about one token each, so a text of n words is about n + 2 tokens long.
-WORDS = (
-    "the a film was great dull long short story actor plot music scene ending slow fast funny sad "
-    "model service request answer batch token text server client fine good bad best worst really "
-    "not very quite every never always today night city house water light people time year way"
-).split()
+WORDS = [
+    "the",
+    "a",
+    "film",
+    "was",
+    "great",
+    "dull",
+    "long",
+    "short",
+    "story",
+    "actor",
+    "plot",
+    "music",
+    "scene",
+    "ending",
+    "slow",
+    "fast",
+    "funny",
+    "sad",
+    "model",
+    "service",
+    "request",
+    "answer",
+    "batch",
+    "token",
+    "text",
+    "server",
+    "client",
+    "fine",
+    "good",
+    "bad",
+    "best",
+    "worst",
+    "really",
+    "not",
+    "very",
+    "quite",
+    "every",
+    "never",
+    "always",
+    "today",
+    "night",
+    "city",
+    "house",
+    "water",
+    "light",
+    "people",
+    "time",
+    "year",
+    "way",
+]
 # Each task's route and its field for the texts.
 ROUTES = {"embed": ("/v1/embeddings", "input"), "classify": ("/v1/classify", "inputs")}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from models.tokenization import Encoded, TextInput
 
@@ -25,6 +25,4 @@ def refuse_truncated(encoded: Sequence[Encoded], param: str, max_length: int) ->
     """413 naming the first text that did not fit in ``max_length`` tokens (when truncate is false)."""
     cut = next((index for index, e in enumerate(encoded) if e.truncated), None)
     if cut is not None:
-        raise APIError(
-            413, "input_too_long", f"input {cut} is longer than {max_length} tokens and truncate is false", f"{param}.{cut}"
-        )
+        raise APIError(413, "input_too_long", f"input {cut} is longer than {max_length} tokens and truncate is false", f"{param}.{cut}")

@@ -54,9 +54,7 @@ class ClassifyRequest(Request):
     """``POST /v1/classify``: one text, or a list of texts and ``[text, text]`` pairs."""
 
     inputs: Inputs
-    top_k: Annotated[int, Field(ge=1)] | None = Field(
-        None, description="also return the k most probable labels with their scores"
-    )
+    top_k: Annotated[int, Field(ge=1)] | None = Field(None, description="also return the k most probable labels with their scores")
     truncate: bool = Field(True, description="cut texts longer than the model's limit (else 413)")
     raw_scores: bool = Field(False, description="logits instead of the model's scores (softmax, or sigmoid per label)")
 

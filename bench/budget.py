@@ -31,9 +31,9 @@ def measure(tag: str, budget: int) -> dict[str, float]:
     from bench.run import long_texts
     from models.backends import load_backend
     from models.inference import run_batch
-    from serving.settings import settings
     from models.spec import ModelSpec
     from models.tokenization import TextTokenizer
+    from serving.settings import settings
 
     stored = bentoml.models.get(tag)
     spec = ModelSpec.of(stored)
@@ -61,7 +61,9 @@ def main() -> None:
         rows.append(json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1]))
         print(rows[-1], flush=True)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "budget.json").write_text(json.dumps({"model": tag, "texts": "long mix, 256 texts in runs of 64", "rows": rows}, indent=2) + "\n")
+    (RESULTS / "budget.json").write_text(
+        json.dumps({"model": tag, "texts": "long mix, 256 texts in runs of 64", "rows": rows}, indent=2) + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import bentoml
 import numpy as np
@@ -39,9 +39,9 @@ from models.backends import Backend, load_backend
 from models.batching import pad
 from models.inference import run_batch
 from models.onnx_layout import FP32, INT8, onnx_dir
-from serving.settings import settings
 from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
+from serving.settings import settings
 
 BENCH_MODEL = "bench-minilm-onnx"
 MODES = ("alone", "arrival-32", "arrival-64", "sorted-32", "sorted-64", "served-64")
@@ -89,9 +89,9 @@ def rate(backend: Backend, spec: ModelSpec, ids: list[np.ndarray], mode: str) ->
     """Sentences/s of one pass over ``ids`` batched as ``mode``."""
     groups = batches(ids, mode)
     if mode == "served-64":
-        run: Callable[[list[np.ndarray]], object] = lambda group: run_batch(backend, group, spec.pad_id, settings.token_budget)  # noqa: E731
+        run: Callable[[list[np.ndarray]], object] = lambda group: run_batch(backend, group, spec.pad_id, settings.token_budget)
     else:
-        run = lambda group: backend.forward(*pad(group, spec.pad_id))  # noqa: E731
+        run = lambda group: backend.forward(*pad(group, spec.pad_id))
     run(groups[0])  # warm-up
     started = time.perf_counter()
     for group in groups:

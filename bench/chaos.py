@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import signal
@@ -84,18 +85,23 @@ def run(model: str, seconds: float, plan: list[tuple[float, str]], log: Path) ->
 
         def sample() -> None:
             while not stop.wait(5):
-                try:
+                with contextlib.suppress(psutil.Error):  # a process vanished while being read: the next sample counts
                     rss.append((round(time.monotonic() - started, 1), round(server.rss_mib(), 1)))
-                except psutil.Error:
-                    pass  # a process vanished while being read: the next sample counts
 
         threads = [threading.Thread(target=chaos), threading.Thread(target=sample)]
         for thread in threads:
             thread.start()
         body = mixed_body(short_texts(2048))
         result = asyncio.run(
-            closed_loop(f"{server.url}/v1/embeddings", body, concurrency=CONCURRENCY, requests=10**9, deadline_s=seconds,
-                        timeline=True, timeout_s=settings.timeout_s + 30)
+            closed_loop(
+                f"{server.url}/v1/embeddings",
+                body,
+                concurrency=CONCURRENCY,
+                requests=10**9,
+                deadline_s=seconds,
+                timeline=True,
+                timeout_s=settings.timeout_s + 30,
+            )
         )
         stop.set()
         for thread in threads:
@@ -192,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = {k: verdict[k] for k in ("passed", "requests", "statuses", "dropped_connections_at_worker_kills", "slowest_s", "rss_growth")}
     print(json.dumps(summary))
     for kill in verdict["kills"]:
-        print(f"  {kill['what']} killed at {kill['at_s']} s: replaced at {kill['replacement_started_s']} s, "
-              f"throughput {kill.get('throughput_before')} /s back at {kill.get('back_at_s')} s")
+        print(
+            f"  {kill['what']} killed at {kill['at_s']} s: replaced at {kill['replacement_started_s']} s, "
+            f"throughput {kill.get('throughput_before')} /s back at {kill.get('back_at_s')} s"
+        )
     for failure in verdict["failures"]:
         print("FAIL:", failure)
     return 0 if verdict["passed"] else 1

@@ -36,10 +36,12 @@ def measure(tree: Path, tag: str, seconds: float) -> dict[str, dict]:
     rows = {}
     with serve(env={"TEXTBENTO_MODEL": tag}, cwd=tree) as server:
         for per_request, concurrency in POINTS:
-            body = lambda i, k=per_request: {"input": [texts[(i * k + j) % len(texts)] for j in range(k)]}  # noqa: E731
+            body = lambda i, k=per_request: {"input": [texts[(i * k + j) % len(texts)] for j in range(k)]}
             url = server.url + "/v1/embeddings"
             asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
-            result = asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request))
+            result = asyncio.run(
+                closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request)
+            )
             rows[f"{per_request}x-c{concurrency}"] = result.summary()
     return rows
 

@@ -30,8 +30,8 @@ from bench.load import closed_loop
 from bench.serving import serve
 from bench.topology import RESULTS, short_texts
 from models.backends import load_backend
-from serving.settings import settings
 from models.spec import ModelSpec
+from serving.settings import settings
 
 BACKENDS = ("onnx", "torch")
 BATCH_SIZES = (1, 8, 32, 64, 128)

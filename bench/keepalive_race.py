@@ -20,7 +20,6 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 import aiohttp
 import uvicorn

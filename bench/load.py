@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -86,7 +87,7 @@ async def closed_loop(
                     status, retry_after = response.status, "Retry-After" in response.headers
                     if status in (429, 503, 504) and not retry_after:
                         result.without_retry_after += 1
-            except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            except (TimeoutError, aiohttp.ClientError) as error:
                 status, body = type(error).__name__, b""
             result.latencies_s.append(time.perf_counter() - started)
             if result.timeline is not None:
@@ -107,8 +108,9 @@ async def closed_loop(
 def batch_histogram(base_url: str) -> tuple[float, float]:
     """(calls, batches) the Encoder's adaptive batcher has dispatched so far, from /metrics.
 
-    A call is one request's texts (or one ``max_batch_size`` chunk of them), so calls per batch
-    equals texts per batch for one-text requests.
+    BentoML's histogram observes how many calls each batch merged. A call carries the texts an API
+    worker merged from its concurrent requests (serving/coalesce.py), so these are calls, not
+    texts: ``textbento_batch_texts`` counts texts per forward pass.
     """
     import re
     import urllib.request

@@ -39,7 +39,9 @@ def run_once(model: str, users: int, spawn_rate: int, seconds: int, work: Path) 
         total = next(row for row in csv.DictReader(stats) if row["Name"] == "Aggregated")
     with open(work / "locust_failures.csv", newline="") as failures:
         failed = [{"name": row["Name"], "error": row["Error"][:300], "count": int(row["Occurrences"])} for row in csv.DictReader(failures)]
-    errors = [line for line in log.read_text(errors="replace").splitlines() if "[ERROR]" in line or "[WARNING]" in line or "Traceback" in line]
+    errors = [
+        line for line in log.read_text(errors="replace").splitlines() if "[ERROR]" in line or "[WARNING]" in line or "Traceback" in line
+    ]
     return {
         "requests": int(total["Request Count"]),
         "failures": int(total["Failure Count"]),
@@ -79,7 +81,8 @@ def main() -> int:
         "per_run": runs,
     }
     Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"{summary['runs_with_failures']} of {summary['runs']} runs had failures; {summary['failures']} of {summary['requests']} requests failed")
+    failed_runs, failed_requests = summary["runs_with_failures"], summary["failures"]
+    print(f"{failed_runs} of {summary['runs']} runs had failures; {failed_requests} of {summary['requests']} requests failed")
     return 1 if summary["failures"] else 0
 
 

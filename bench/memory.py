@@ -23,7 +23,7 @@ from bench.topology import RESULTS, short_texts
 def measure(tag: str, workers: int) -> dict:
     texts = short_texts(512)
     with serve(env={"TEXTBENTO_MODEL": tag, "TEXTBENTO_WORKERS": str(workers)}) as server:
-        body = lambda i: {"input": [texts[(i * 4 + j) % len(texts)] for j in range(1 + i % 8)]}  # noqa: E731
+        body = lambda i: {"input": [texts[(i * 4 + j) % len(texts)] for j in range(1 + i % 8)]}
         asyncio.run(closed_loop(server.url + "/v1/embeddings", body, concurrency=16, requests=400, deadline_s=60))
         root = psutil.Process(server.process.pid)
         by_role: dict[str, list[float]] = {}

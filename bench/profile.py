@@ -79,7 +79,7 @@ def summarise(raw: str) -> dict:
         per_bucket[what] += int(count)
         per_role_bucket[f"{who}: {what}"] += int(count)
     total = sum(per_bucket.values()) or 1
-    share = lambda counter: {k: round(v / total, 3) for k, v in counter.most_common()}  # noqa: E731
+    share = lambda counter: {k: round(v / total, 3) for k, v in counter.most_common()}
     top = {k: round(v / total, 3) for k, v in per_function.most_common(25)}
     return {
         "samples": total,
@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=20)
     args = parser.parse_args()
     texts, per_request = short_texts(2048), args.texts_per_request
-    body = lambda i: {"input": [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]}  # noqa: E731
+    body = lambda i: {"input": [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]}
     raw_path = RESULTS / "profile.raw"
     RESULTS.mkdir(exist_ok=True)
     with serve(env={"TEXTBENTO_MODEL": bench_tag()}) as server:
@@ -108,14 +108,33 @@ def main() -> None:
         load: list = []
         driver = threading.Thread(
             target=lambda: load.append(
-                asyncio.run(closed_loop(url, body, concurrency=args.concurrency, requests=10**6, deadline_s=args.seconds + 4, texts_per_request=per_request))
+                asyncio.run(
+                    closed_loop(
+                        url, body, concurrency=args.concurrency, requests=10**6, deadline_s=args.seconds + 4, texts_per_request=per_request
+                    )
+                )
             )
         )
         driver.start()
         subprocess.run(
-            [PY_SPY, "record", "--pid", str(server.process.pid), "--subprocesses", "--nonblocking", "--format", "raw",
-             "--rate", "100", "--duration", str(args.seconds), "--output", str(raw_path)],
-            check=True, capture_output=True,
+            [
+                PY_SPY,
+                "record",
+                "--pid",
+                str(server.process.pid),
+                "--subprocesses",
+                "--nonblocking",
+                "--format",
+                "raw",
+                "--rate",
+                "100",
+                "--duration",
+                str(args.seconds),
+                "--output",
+                str(raw_path),
+            ],
+            check=True,
+            capture_output=True,
         )
         driver.join()
     summary = {

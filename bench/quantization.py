@@ -3,7 +3,8 @@
     python -m bench.quantization       # all-MiniLM-L6-v2 → bench/results/quantization.json
 
 Graphs: the TorchScript export that ``models.export`` stores as fp32 ("plain"), the same graph
-with ONNX Runtime's transformer fusions (fused ``Attention``, "fused"), and the dynamo exporter's. Recipes: per-token int8 (``models.quantize``) under
+with ONNX Runtime's transformer fusions (fused ``Attention``, "fused"), and the dynamo exporter's.
+Recipes: per-token int8 (``models.quantize``) under
 several policies (per role of the MatMul's input: the Q/K/V projections of unfused attention,
 the FFN down-projection after GELU, every other), ONNX Runtime's stock per-tensor dynamic int8,
 and its blockwise 8-bit ``MatMulNBits`` (int8 compute). Accuracy is on the gate texts of
@@ -19,9 +20,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 import bentoml
 import numpy as np
@@ -33,9 +34,9 @@ from models.export import export_fp32
 from models.inference import run_batch
 from models.onnx_layout import FP32, INT8, onnx_dir
 from models.quantize import SERVED_POLICY, quantize_int8, quantize_int8_per_tensor
-from serving.settings import settings
 from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
+from serving.settings import settings
 
 SYMMETRIC = {"qkv": "symmetric", "after_gelu": "symmetric", "other": "symmetric"}
 ASYMMETRIC = {"qkv": "asymmetric", "after_gelu": "asymmetric", "other": "asymmetric"}
@@ -90,9 +91,13 @@ def export_dynamo(model_dir: str, spec: ModelSpec, target: Path) -> Path:
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     with torch.no_grad():
         program = torch.onnx.export(
-            SingleOutput(model, "last_hidden_state"), (input_ids, attention_mask), dynamo=True,
-            input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
-            dynamic_shapes=({0: batch, 1: sequence}, {0: batch, 1: sequence}), verbose=False,
+            SingleOutput(model, "last_hidden_state"),
+            (input_ids, attention_mask),
+            dynamo=True,
+            input_names=["input_ids", "attention_mask"],
+            output_names=["last_hidden_state"],
+            dynamic_shapes=({0: batch, 1: sequence}, {0: batch, 1: sequence}),
+            verbose=False,
         )
     program.save(str(target))
     return target

@@ -17,9 +17,13 @@ def targets(entry: dict) -> list[tuple[str, str, bool]]:
     naive = entry["systems"].get("naive-fastapi")
     checks = []
     if (r := _row(ours["rows"], "short", 32, 8)) is not None:
-        checks.append(("32 inputs/request, c=8: ≥ 85% of the best ceiling", f"{r['texts_per_s'] / best:.0%}", r["texts_per_s"] >= 0.85 * best))
+        checks.append(
+            ("32 inputs/request, c=8: ≥ 85% of the best ceiling", f"{r['texts_per_s'] / best:.0%}", r["texts_per_s"] >= 0.85 * best)
+        )
     if (r := _row(ours["rows"], "short", 1, 64)) is not None:
-        checks.append(("1 input/request, c=64: ≥ 55% of the best ceiling", f"{r['texts_per_s'] / best:.0%}", r["texts_per_s"] >= 0.55 * best))
+        checks.append(
+            ("1 input/request, c=64: ≥ 55% of the best ceiling", f"{r['texts_per_s'] / best:.0%}", r["texts_per_s"] >= 0.55 * best)
+        )
         if naive and (n := _row(naive["rows"], "short", 1, 64)):
             ratio = r["texts_per_s"] / max(n["texts_per_s"], 1e-9)
             checks.append(("1 input/request, c=64: ≥ 4× naive FastAPI", f"{ratio:.1f}×", ratio >= 4))
@@ -34,18 +38,33 @@ def targets(entry: dict) -> list[tuple[str, str, bool]]:
 def markdown(report: dict) -> str:
     lines = [f"# Benchmark (backend: {report['backend']})", ""]
     for task, entry in report["models"].items():
-        lines += [f"## {task}: `{entry['tag']}`", "", f"In-process ceiling of `{entry['backend']}` per way of batching (bench/ceiling.py):", ""]
+        lines += [
+            f"## {task}: `{entry['tag']}`",
+            "",
+            f"In-process ceiling of `{entry['backend']}` per way of batching (bench/ceiling.py):",
+            "",
+        ]
         lines += ["| batching | sentences/s |", "|---|---:|"] + [f"| {r['mode']} | {r['sentences_per_s']:.0f} |" for r in entry["ceiling"]]
-        lines += ["", "| system | mix | texts/req | conc. | req/s | texts/s | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "| system | mix | texts/req | conc. | req/s | texts/s | p50 ms | p95 ms | p99 ms | errors |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for name, system in entry["systems"].items():
             for r in system["rows"]:
                 lines.append(
                     f"| {name} | {r['mix']} | {r['texts_per_request']} | {r['concurrency']} | {r['requests_per_s']} | {r['texts_per_s']} "
                     f"| {r['p50_ms']} | {r['p95_ms']} | {r['p99_ms']} | {r['errors']} |"
                 )
-        lines += ["", "Peak RSS of all processes: " + ", ".join(f"{n} {s['peak_rss_mib']:.0f} MiB" for n, s in entry["systems"].items()), ""]
+        lines += [
+            "",
+            "Peak RSS of all processes: " + ", ".join(f"{n} {s['peak_rss_mib']:.0f} MiB" for n, s in entry["systems"].items()),
+            "",
+        ]
         if "textbento" in entry["systems"]:
-            lines += ["| target | measured | met |", "|---|---|---|"] + [f"| {what} | {got} | {'yes' if ok else '**no**'} |" for what, got, ok in targets(entry)]
+            lines += ["| target | measured | met |", "|---|---|---|"] + [
+                f"| {what} | {got} | {'yes' if ok else '**no**'} |" for what, got, ok in targets(entry)
+            ]
         lines.append("")
     return "\n".join(lines)
 

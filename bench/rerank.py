@@ -42,7 +42,7 @@ def cross_encoder_tag() -> str:
 def main(seconds: float = 10) -> None:
     tag = cross_encoder_tag()
     texts = short_texts(2048)
-    body = lambda i: {"query": texts[i % 2048], "documents": [texts[(i * 32 + j) % 2048] for j in range(32)]}  # noqa: E731
+    body = lambda i: {"query": texts[i % 2048], "documents": [texts[(i * 32 + j) % 2048] for j in range(32)]}
     rows = {}
     for name, (target, factory) in SYSTEMS.items():
         with serve(target, env={"TEXTBENTO_MODEL": tag}, uvicorn_factory=factory) as server:
@@ -51,8 +51,12 @@ def main(seconds: float = 10) -> None:
             result = asyncio.run(closed_loop(url, body, concurrency=8, requests=10**6, deadline_s=seconds, texts_per_request=32))
         rows[name] = result.summary()
         print(name, json.dumps(rows[name]), flush=True)
-    report = {"model": tag, "point": "1 query x 32 documents per request, c=8", "systems": rows,
-              "pairs_per_s_ratio": round(rows["textbento"]["texts_per_s"] / rows["naive-fastapi"]["texts_per_s"], 2)}
+    report = {
+        "model": tag,
+        "point": "1 query x 32 documents per request, c=8",
+        "systems": rows,
+        "pairs_per_s_ratio": round(rows["textbento"]["texts_per_s"] / rows["naive-fastapi"]["texts_per_s"], 2),
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "rerank.json").write_text(json.dumps(report, indent=2) + "\n")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from fastapi.responses import JSONResponse
@@ -27,12 +27,19 @@ FIELD = create_model_field(name="response", type_=EmbeddingsResponse, mode="seri
 
 
 async def through_fastapi() -> bytes:
-    answer = EmbeddingsResponse(data=[Embedding(index=0, embedding=VECTOR.tolist())], model="m", usage=Usage(prompt_tokens=5, total_tokens=5))
+    answer = EmbeddingsResponse(
+        data=[Embedding(index=0, embedding=VECTOR.tolist())], model="m", usage=Usage(prompt_tokens=5, total_tokens=5)
+    )
     return JSONResponse(await serialize_response(field=FIELD, response_content=answer, is_coroutine=True)).body
 
 
 async def straight() -> bytes:
-    payload = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": VECTOR.tolist()}], "model": "m", "usage": usage(5)}
+    payload = {
+        "object": "list",
+        "data": [{"object": "embedding", "index": 0, "embedding": VECTOR.tolist()}],
+        "model": "m",
+        "usage": usage(5),
+    }
     return json_response(payload).body
 
 
@@ -51,7 +58,11 @@ def microseconds(write: Callable, runs: int = 300) -> float:
 
 def main() -> None:
     assert json.loads(asyncio.run(through_fastapi())) == json.loads(asyncio.run(straight()))
-    report = {"answer": "one embedding, 384 floats", "fastapi_us": microseconds(through_fastapi), "json_response_us": microseconds(straight)}
+    report = {
+        "answer": "one embedding, 384 floats",
+        "fastapi_us": microseconds(through_fastapi),
+        "json_response_us": microseconds(straight),
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "responses.json").write_text(json.dumps(report, indent=2) + "\n")
     print(report)

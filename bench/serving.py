@@ -11,9 +11,10 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 BENTOML = str(Path(sys.executable).with_name("bentoml"))
@@ -86,7 +87,7 @@ def serve(
     store_home = os.environ.get("BENTOML_HOME", str(Path.home() / "bentoml"))
     home = private_home(store_home)
     port = free_port()
-    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in the finally below
     command = (
         [sys.executable, "-m", "uvicorn", "--factory", target, "--no-access-log", "--log-level", "warning"]
         if uvicorn_factory

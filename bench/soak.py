@@ -58,8 +58,14 @@ def main() -> int:
         sampler.join()
     warm = next(rss for t, rss in samples if t >= duration * 0.2)
     growth = samples[-1][1] / warm - 1
-    report = {"minutes": args.minutes, **result.summary(), "rss_mib_after_warmup": warm, "rss_mib_end": samples[-1][1],
-              "rss_growth": round(growth, 4), "rss_samples": samples}
+    report = {
+        "minutes": args.minutes,
+        **result.summary(),
+        "rss_mib_after_warmup": warm,
+        "rss_mib_end": samples[-1][1],
+        "rss_growth": round(growth, 4),
+        "rss_samples": samples,
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "soak.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "rss_samples"}))

@@ -27,8 +27,9 @@ def build_bert_classifier(directory: Path, **config) -> Path:
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir()))
-    bert = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=64, **config)
+    bert = BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, **config
+    )
     model = BertForSequenceClassification(bert).eval()
     with torch.no_grad():
         model.bert.embeddings.token_type_embeddings.weight.normal_(0, 1)

@@ -18,7 +18,25 @@ from bench.serving import serve
 
 TOPOLOGIES = {"one-hop": "service:TextBento", "two-hop": "bench.topologies.two_hop:TwoHopTextBento"}
 LOADS = [(1, 1, 300), (64, 1, 3000), (8, 32, 150)]  # (concurrency, texts per request, requests)
-WORDS = "the quick brown fox jumps over a lazy dog while a small team serves text models fast".split()
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "a",
+    "small",
+    "team",
+    "serves",
+    "text",
+    "models",
+    "fast",
+]
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -33,7 +51,7 @@ async def measure(url: str) -> list[dict]:
     rows = []
     for concurrency, per_request, requests in LOADS:
 
-        def body(i: int) -> dict:
+        def body(i: int, per_request: int = per_request) -> dict:
             start = (i * per_request) % (len(texts) - per_request)
             return {"input": texts[start : start + per_request]}
 

@@ -8,7 +8,7 @@ go back in the caller's order.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

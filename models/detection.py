@@ -102,8 +102,10 @@ def read_dense(model_dir: Path, path: str) -> tuple[str, DenseActivation, int]:
     config = _read_json(model_dir / path / "config.json") or {}
     name = config.get("activation_function", "torch.nn.modules.activation.Tanh")
     if name not in TORCH_ACTIVATIONS:
-        raise UnsupportedModel(f"sentence-transformers Dense activation {name} in {path!r} is not reproduced by textbento "
-                               f"(only {', '.join(TORCH_ACTIVATIONS)})")
+        raise UnsupportedModel(
+            f"sentence-transformers Dense activation {name} in {path!r} is not reproduced by textbento "
+            f"(only {', '.join(TORCH_ACTIVATIONS)})"
+        )
     if "out_features" not in config:
         raise UnsupportedModel(f"sentence-transformers Dense module {path!r} has no config.json with out_features")
     return path, TORCH_ACTIVATIONS[name], int(config["out_features"])
@@ -165,9 +167,7 @@ def detect_spec(
     max_length = model_max_length(config, tokenizer_limit)
     common: dict[str, Any] = {"task": detected, "pad_id": pad_id, "source": source, "revision": revision}
     if detected == "classify":
-        if task == "classify" and not any(
-            name.endswith("ForSequenceClassification") for name in config.architectures or []
-        ):
+        if task == "classify" and not any(name.endswith("ForSequenceClassification") for name in config.architectures or []):
             raise UnsupportedModel(
                 "--task classify needs a *ForSequenceClassification model; "
                 f"this one is {', '.join(config.architectures or [config.model_type])}"

@@ -124,8 +124,11 @@ class PerTokenInt8:
             return self.quantized[activation]
         p = f"q{len(self.quantized)}_"
         c = self.const
-        leading = self.node("Slice", [self.node("Shape", [activation], p + "shape"), c("q_0", np.array([0], np.int64)),
-                                      c("q_-1", np.array([-1], np.int64))], p + "leading")
+        leading = self.node(
+            "Slice",
+            [self.node("Shape", [activation], p + "shape"), c("q_0", np.array([0], np.int64)), c("q_-1", np.array([-1], np.int64))],
+            p + "leading",
+        )
         rows = self.node("Reshape", [activation, c(f"q_rows{k}", np.array([-1, k], np.int64))], p + "rows")
         tiny = c("q_tiny", np.float32(1e-12))
         if symmetric:

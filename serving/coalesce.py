@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Awaitable, Callable, Generic, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -77,7 +78,7 @@ class Coalescer(Generic[Item, Result]):
             for _, future in batch:
                 future.cancel()
             raise
-        except Exception as error:  # noqa: BLE001 - every waiter gets the call's own error
+        except Exception as error:
             for _, future in batch:
                 if not future.done():
                     future.set_exception(error)

@@ -25,5 +25,10 @@ class DispatchWhenFree(dispatcher.Optimizer):
 
 
 def dispatch_when_free() -> None:
-    """Make every ``CorkDispatcher`` created from now on use ``DispatchWhenFree``."""
+    """Make every ``CorkDispatcher`` created from now on use ``DispatchWhenFree``.
+
+    Refuses to start when the installed BentoML no longer has what this replaces (tests/test_dispatch.py pins it too).
+    """
+    if not hasattr(dispatcher, "CorkDispatcher") or not hasattr(dispatcher.Optimizer, "trigger_refresh"):
+        raise RuntimeError("BentoML's batcher changed: serving/dispatch.py no longer applies; re-measure the idle wait")
     dispatcher.Optimizer = DispatchWhenFree

@@ -19,7 +19,8 @@ in its backlog until the new Encoder accepts it. The requests it carries keep th
 from __future__ import annotations
 
 import logging
-from typing import Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import aiohttp
 

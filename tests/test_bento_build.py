@@ -75,7 +75,9 @@ def test_requirements_are_our_serving_pins_without_torch(bento, info):
 def test_the_flat_requirement_files_agree():
     """serve-gpu.txt is serve-cpu.txt with the GPU runtime, and torch pinned as for development."""
     cpu, gpu, development = (pins(ROOT / name) for name in ("requirements/serve-cpu.txt", "requirements/serve-gpu.txt", "requirements.txt"))
-    assert gpu - cpu == {"onnxruntime-gpu[cuda,cudnn]==1.31.1"} | {line for line in development if line.startswith(("torch", "transformers", "safetensors"))}
+    assert gpu - cpu == {"onnxruntime-gpu[cuda,cudnn]==1.31.1"} | {
+        line for line in development if line.startswith(("torch", "transformers", "safetensors"))
+    }
     assert cpu - gpu == {"onnxruntime==1.31.1"}
 
 

@@ -26,7 +26,13 @@ def load_while(url, action, *, after_s=3, deadline_s=15, concurrency=16):
     thread = threading.Thread(
         target=lambda: outcome.update(
             result=asyncio.run(
-                closed_loop(f"{url}/v1/embeddings", lambda i: {"input": f"text {i} " * 10}, concurrency=concurrency, requests=10**6, deadline_s=deadline_s)
+                closed_loop(
+                    f"{url}/v1/embeddings",
+                    lambda i: {"input": f"text {i} " * 10},
+                    concurrency=concurrency,
+                    requests=10**6,
+                    deadline_s=deadline_s,
+                )
             )
         )
     )
@@ -78,7 +84,7 @@ def test_calls_dropped_before_an_answer_are_sent_again(embed_tag, logs, attempts
     gets 200; sent once (``TEXTBENTO_ENCODER_ATTEMPTS=1``, as before the fix), requests are lost."""
     env = {"TEXTBENTO_TEST_DROP_EVERY": "7", "TEXTBENTO_ENCODER_ATTEMPTS": str(attempts)}
     with served(embed_tag, logs, f"drop-{attempts}", target="tests.dropping_encoder:TextBento", **env) as server:
-        body = lambda i: {"input": [f"text {i} {j}" for j in range(1 + i % 4)]}  # noqa: E731
+        body = lambda i: {"input": [f"text {i} {j}" for j in range(1 + i % 4)]}
         result = asyncio.run(closed_loop(f"{server.url}/v1/embeddings", body, concurrency=8, requests=300, deadline_s=90))
         log = server.log.read_text()
     print(f"\n{attempts} attempt(s):", result.summary())
@@ -105,7 +111,7 @@ def test_client_disconnects_leave_nothing_stuck(embed_url):
                 try:
                     async with session.post(f"{embed_url}/v1/embeddings", json={"input": [f"text {i} {j}" for j in range(32)]}):
                         pass
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     return
 
             await asyncio.gather(*(one(i) for i in range(64)))
@@ -124,7 +130,9 @@ def test_sigterm_answers_accepted_requests_then_exits(embed_tag, logs):
 
             async def one(i):
                 try:
-                    async with session.post(f"{server.url}/v1/embeddings", json={"input": [f"text {i} {j} " * 20 for j in range(64)]}) as response:
+                    async with session.post(
+                        f"{server.url}/v1/embeddings", json={"input": [f"text {i} {j} " * 20 for j in range(64)]}
+                    ) as response:
                         await response.read()
                         return response.status, response.headers.get("Retry-After")
                 except aiohttp.ClientError as error:

@@ -9,7 +9,6 @@ from collections import Counter
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 

@@ -67,7 +67,7 @@ def running(image: str):
             try:
                 if requests.get(f"{url}/readyz", timeout=2).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not listening yet, or starting too slowly to answer
                 pass
             time.sleep(0.25)
         else:
@@ -91,7 +91,9 @@ def test_the_cpu_image_carries_no_pytorch(images):
     probe = "import importlib.util as u; print(u.find_spec('torch'), u.find_spec('onnxruntime') is not None)"
     result = subprocess.run(
         [*ENGINE, "run", "--rm", *RUN_OPTIONS, "--entrypoint", "python", images["embed"], "-c", probe],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.stdout.split() == ["None", "True"], result.stderr[-2000:]
 
@@ -118,4 +120,3 @@ def test_the_classifier_image_answers_like_its_backend(images, classify_tag):
         probabilities = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
         for row, item in zip(probabilities, response.json()["data"]):
             assert np.allclose(sorted(score["score"] for score in item["scores"]), sorted(row), atol=1e-5)
-

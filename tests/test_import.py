@@ -34,8 +34,10 @@ def sentence_transformers_dir(tmp_path, modules: list[str], pooling: dict | None
     """The embedded MiniLM with its sentence-transformers files rewritten: ``modules`` by type name."""
     directory = tmp_path / "st"
     shutil.copytree(default_model_dir(), directory)
-    entries = [{"idx": i, "name": str(i), "path": "" if kind == "Transformer" else f"{i}_{kind}", "type": f"sentence_transformers.models.{kind}"}
-               for i, kind in enumerate(modules)]
+    entries = [
+        {"idx": i, "name": str(i), "path": "" if kind == "Transformer" else f"{i}_{kind}", "type": f"sentence_transformers.models.{kind}"}
+        for i, kind in enumerate(modules)
+    ]
     (directory / "modules.json").write_text(json.dumps(entries))
     for entry in entries:
         if entry["path"]:
@@ -66,8 +68,12 @@ def test_a_pipeline_it_would_compute_differently_is_refused(tmp_path, capsys, mo
 
 
 def test_a_pipeline_it_reproduces_is_read(tmp_path):
-    directory = sentence_transformers_dir(tmp_path, ["Transformer", "Pooling"], {"pooling_mode_cls_token": True},
-                                          {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query"})
+    directory = sentence_transformers_dir(
+        tmp_path,
+        ["Transformer", "Pooling"],
+        {"pooling_mode_cls_token": True},
+        {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query"},
+    )
     assert read_sentence_transformers(directory) == ("cls", False, 256, {"query": "query: ", "passage": "passage: "}, "query", ())
 
 
@@ -75,7 +81,12 @@ def test_default_import_records_the_spec(embed_tag):
     stored = bentoml.models.get(embed_tag)
     spec = ModelSpec.from_metadata(stored.info.metadata)
     assert spec == ModelSpec(
-        task="embed", max_length=256, pooling="mean", normalize=True, dimensions=384, pad_id=0,
+        task="embed",
+        max_length=256,
+        pooling="mean",
+        normalize=True,
+        dimensions=384,
+        pad_id=0,
         source="sentence-transformers/all-MiniLM-L6-v2",
     )
     assert set(stored.info.metadata["versions"]) == {"transformers", "tokenizers", "torch", "bentoml"}

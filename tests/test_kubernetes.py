@@ -12,13 +12,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from serving.settings import Settings
+
 BASE = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes" / "base"
 GPU = BASE.parent / "overlays" / "gpu"
 # A cluster version still common on managed services, and the newest the validator knows.
 VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
 FLAVOURS = ["cpu", "gpu"]
 PRESTOP_S = 5
-API_MARGIN_S = 5  # service.py: the API's timeout is the runner's plus this
 
 
 def read(path: Path) -> dict:
@@ -95,9 +96,11 @@ def test_pods_probe_drain_and_run_unprivileged(flavour):
         "startupProbe": ("/livez", "http"),
     }
     env = {e["name"]: e for e in container["env"]}
-    in_flight_s = int(env["TEXTBENTO_TIMEOUT_S"]["value"]) + API_MARGIN_S
+    served = Settings(timeout_s=int(env["TEXTBENTO_TIMEOUT_S"]["value"]), keep_alive_s=float(env["TEXTBENTO_KEEP_ALIVE_S"]["value"]))
     assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", str(PRESTOP_S)]
-    assert spec["terminationGracePeriodSeconds"] >= PRESTOP_S + in_flight_s
+    # preStop, then the longest a request accepted before SIGTERM may still run, which the Encoder outlives.
+    assert spec["terminationGracePeriodSeconds"] >= PRESTOP_S + max(served.backstop_timeout_s, served.drain_longest_s)
+    assert served.keep_alive_s > 60  # outlasts the idle timeout of the proxies in front (ingress-nginx, cloud LBs: 60 s)
     assert env["TEXTBENTO_WORKERS"]["valueFrom"]["resourceFieldRef"]["resource"] == "requests.cpu"  # not the node's cores
     assert spec["securityContext"]["runAsNonRoot"] and spec["securityContext"]["runAsUser"] != 0
     assert container["securityContext"]["allowPrivilegeEscalation"] is False

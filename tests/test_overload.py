@@ -10,7 +10,7 @@ from tests.conftest import eventually_ok, served
 
 
 def load(url, concurrency, requests_, deadline_s, texts=1):
-    body = lambda i: {"input": [f"request {i} text {j} about serving models" for j in range(texts)]}  # noqa: E731
+    body = lambda i: {"input": [f"request {i} text {j} about serving models" for j in range(texts)]}
     return asyncio.run(closed_loop(f"{url}/v1/embeddings", body, concurrency=concurrency, requests=requests_, deadline_s=deadline_s))
 
 

@@ -45,7 +45,15 @@ def pipeline(tiny_bert, directory, pooling: str, dense: bool) -> SentenceTransfo
 
 @pytest.mark.parametrize(
     "pooling, dense",
-    [("mean", False), ("cls", False), ("max", False), ("mean_sqrt_len_tokens", False), ("weightedmean", False), ("lasttoken", False), ("cls", True)],
+    [
+        ("mean", False),
+        ("cls", False),
+        ("max", False),
+        ("mean_sqrt_len_tokens", False),
+        ("weightedmean", False),
+        ("lasttoken", False),
+        ("cls", True),
+    ],
 )
 def test_a_pipeline_is_served_as_the_library_encodes(tiny_bert, tmp_path, pooling, dense):
     model = pipeline(tiny_bert, tmp_path / "st", pooling, dense)

@@ -46,4 +46,9 @@ class Direct:
     def classify(self, texts: list[str]) -> dict:
         outputs, _ = self._forward(texts)
         scores, labels = outputs.logits.softmax(-1).max(-1)
-        return {"data": [{"index": i, "label": self.spec.labels[l], "score": s} for i, (s, l) in enumerate(zip(scores.tolist(), labels.tolist()))]}
+        return {
+            "data": [
+                {"index": i, "label": self.spec.labels[label], "score": s}
+                for i, (s, label) in enumerate(zip(scores.tolist(), labels.tolist()))
+            ]
+        }

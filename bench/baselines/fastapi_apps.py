@@ -1,7 +1,7 @@
 """Baselines (a) and (b): the seed article's FastAPI apps, one uvicorn worker each (``--factory``).
 
-    naive       ``async def`` routes with tokenization and inference inline (blocks the event loop)
-    threadpool  ``def`` routes: FastAPI runs them on its thread pool
+naive       ``async def`` routes with tokenization and inference inline (blocks the event loop)
+threadpool  ``def`` routes: FastAPI runs them on its thread pool
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import bentoml
 
-from serving.settings import settings
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextTokenizer
 from service import MODEL, NEVER_RECYCLE, NO_ACCESS_LOG, TextBento, app
+from serving.settings import settings
 
 
 @bentoml.service(

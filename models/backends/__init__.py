@@ -48,8 +48,7 @@ def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int
         if not has_onnx(model_dir):
             if importlib.util.find_spec("torch") is None:  # the CPU image: ONNX Runtime only
                 raise FileNotFoundError(
-                    f"{model_dir} has no ONNX graphs and PyTorch is not installed; add them with: "
-                    "python -m train_import.export_onnx <tag>"
+                    f"{model_dir} has no ONNX graphs and PyTorch is not installed; add them with: python -m train_import.export_onnx <tag>"
                 )
             return load_backend("torch", model_dir, spec, threads)
         from .onnx_backend import OnnxBackend

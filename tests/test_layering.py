@@ -1,0 +1,59 @@
+"""The rule of each package (its docstring says it), held to every import in its modules.
+
+- ``models/``: what the model does; no HTTP, no BentoML internals, neither ``api`` nor ``serving``.
+- ``api/``: the HTTP surface; no inference runtime (an API worker never loads one).
+- ``serving/``: the BentoML plumbing; no inference runtime, no FastAPI.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNTIMES = ("torch", "onnxruntime", "onnx", "transformers", "safetensors")
+FORBIDDEN = {
+    "models": ("bentoml._internal", "_bentoml_impl", "_bentoml_sdk", "fastapi", "starlette", "aiohttp", "uvicorn", "api", "serving"),
+    "api": RUNTIMES,
+    "serving": (*RUNTIMES, "fastapi"),
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_no_module_imports_what_its_package_rules_out(package):
+    broken = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for name in sorted(imported_modules(path))
+        if any(name == banned or name.startswith(banned + ".") for banned in FORBIDDEN[package])
+    ]
+    assert not broken
+
+
+def test_an_api_worker_loads_no_inference_runtime():
+    """What the API workers import, followed to the end: none of it pulls a runtime in."""
+    script = (
+        "import sys, api.errors, api.middleware, api.types, serving.telemetry, serving.coalesce, serving.hop; "
+        f"print([name for name in {RUNTIMES!r} if name in sys.modules])"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_each_package_says_its_rule():
+    for package in FORBIDDEN:
+        assert "rule" in (ROOT / package / "__init__.py").read_text().lower(), package
