@@ -41,6 +41,10 @@ def role(command_line: str) -> str:
     return "API worker" if "_bentoml_impl.worker.service" in command_line else "supervisor"
 
 
+class ServerExited(RuntimeError):
+    """The server process ended before it was ready."""
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -51,7 +55,7 @@ def wait_ready(base_url: str, process: subprocess.Popen, timeout_s: float = 180)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"bentoml serve exited with status {process.returncode}")
+            raise ServerExited(f"bentoml serve exited with status {process.returncode}")
         try:
             with urllib.request.urlopen(f"{base_url}/readyz", timeout=2) as response:
                 if response.status == 200:
@@ -86,27 +90,37 @@ def serve(
     """Yields a ready ``bentoml serve`` of ``target`` (or uvicorn with an app factory), run in ``cwd``; stopped on exit."""
     store_home = os.environ.get("BENTOML_HOME", str(Path.home() / "bentoml"))
     home = private_home(store_home)
-    port = free_port()
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in the finally below
     command = (
         [sys.executable, "-m", "uvicorn", "--factory", target, "--no-access-log", "--log-level", "warning"]
         if uvicorn_factory
         else [BENTOML, "serve", target]
     )
-    process = subprocess.Popen(
-        [*command, "--host", "127.0.0.1", "--port", str(port)],
-        cwd=cwd,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "BENTOML_HOME": home, **(env or {})},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base_url = f"http://127.0.0.1:{port}"
+    process = None
     try:
-        wait_ready(base_url, process)
+        # A port chosen free can be taken before the server binds it (ours, or one of the arbiter's
+        # own ZeroMQ ports: "Address already in use"): a server that exits while starting gets
+        # two more tries on fresh ports; one that fails three times fails the caller.
+        for attempt in range(3):
+            port = free_port()
+            process = subprocess.Popen(
+                [*command, "--host", "127.0.0.1", "--port", str(port)],
+                cwd=cwd,
+                env={**os.environ, "HF_HUB_OFFLINE": "1", "BENTOML_HOME": home, **(env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            base_url = f"http://127.0.0.1:{port}"
+            try:
+                wait_ready(base_url, process)
+                break
+            except ServerExited:
+                if attempt == 2:
+                    raise
         yield Server(base_url, process)
     finally:
-        if process.poll() is None:
+        if process is not None and process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
             try:
                 process.wait(timeout=30)
