@@ -86,12 +86,13 @@ clean:
 # OCI images of text-model:latest (MODEL=<tag> for another): bentoml build + bentoml containerize,
 # with docker when an engine runs, else buildah on a base made from Debian packages (deploy/image/).
 image: model
-	BENTOML=$(BIN)/bentoml deploy/image/build.sh cpu
+	BENTOML=$(BIN)/bentoml REPORT=bench/results/image-cpu.json deploy/image/build.sh cpu
 
 image-gpu: model
-	BENTOML=$(BIN)/bentoml deploy/image/build.sh gpu
+	BENTOML=$(BIN)/bentoml REPORT=bench/results/image-gpu.json deploy/image/build.sh gpu
 
-# Builds and runs the CPU image of each test model, checks its answers, cleans up (minutes).
+# Builds and runs the CPU image of each test model, checks its answers, cleans up (minutes);
+# sizes, build times and cold starts: bench/results/image-test.json.
 image-test: venv
 	$(BIN)/python -m pytest -q -s -m image tests/test_image.py
 

@@ -8,7 +8,9 @@ Prints each image's size, build time and cold start (container start to /readyz 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +40,9 @@ if not DOCKER:  # podman must read the storage buildah builds into (deploy/image
 RUN_OPTIONS = ["--network", "host", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
 
 
+MEASURED: dict[str, dict] = {}  # per image: size, build time, cold start → bench/results/image-test.json
+
+
 def build(tag: str, image: str) -> str:
     """Builds the CPU image of the stored model ``tag``; build.sh's summary line."""
     result = subprocess.run(
@@ -49,7 +54,10 @@ def build(tag: str, image: str) -> str:
         timeout=1800,
     )
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    return result.stdout.strip().splitlines()[-1]
+    summary = result.stdout.strip().splitlines()[-1]
+    size_mb, build_s = re.search(r": (\d+) MB, built in (\d+) s", summary).groups()
+    MEASURED[image] = {"model": tag, "size_mb": int(size_mb), "build_s": int(build_s)}
+    return summary
 
 
 @contextmanager
@@ -73,6 +81,7 @@ def running(image: str):
         else:
             logs = subprocess.run([*ENGINE, "logs", container], capture_output=True, text=True).stdout
             pytest.fail(f"{image} not ready after 300 s:\n{logs[-3000:]}")
+        MEASURED.setdefault(image, {})["cold_start_s"] = round(time.monotonic() - started, 1)
         yield url, time.monotonic() - started
     finally:
         subprocess.run([*ENGINE, "stop", "-t", "30", container], capture_output=True)
@@ -80,11 +89,13 @@ def running(image: str):
 
 
 @pytest.fixture(scope="module")
-def images(embed_tag: str, classify_tag: str) -> dict[str, str]:
+def images(embed_tag: str, classify_tag: str):
     built = {"embed": ("textbento-test-embed:cpu", embed_tag), "classify": ("textbento-test-classify:cpu", classify_tag)}
     for image, tag in built.values():
         print("\n" + build(tag, image))
-    return {task: image for task, (image, _) in built.items()}
+    yield {task: image for task, (image, _) in built.items()}
+    report = {"command": "make image-test", "date": time.strftime("%Y-%m-%d"), "images": MEASURED}
+    (ROOT / "bench" / "results" / "image-test.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
 def test_the_cpu_image_carries_no_pytorch(images):

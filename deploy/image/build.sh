@@ -54,4 +54,11 @@ cd "$root"
 bento="$("$bentoml" build -f "$bentofile" --arg "model=$model" -o tag | tail -n 1)"
 bento="${bento#__tag__:}"
 "$bentoml" containerize "$bento" "${backend[@]}" --image-tag "$image"
-echo "image $image from bento $bento: $(( $(size) / 1000000 )) MB, built in $(( SECONDS - started )) s"
+size_mb=$(( $(size) / 1000000 ))
+build_s=$(( SECONDS - started ))
+echo "image $image from bento $bento: $size_mb MB, built in $build_s s"
+# REPORT=<file>: the same as JSON (make image writes bench/results/image-<flavour>.json).
+if [ -n "${REPORT:-}" ]; then
+    printf '{"image": "%s", "bento": "%s", "model": "%s", "size_mb": %s, "build_s": %s, "date": "%s"}\n' \
+        "$image" "$bento" "$model" "$size_mb" "$build_s" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$REPORT"
+fi
