@@ -83,6 +83,15 @@ MESSAGES = {
 }
 
 
+@pytest.mark.parametrize("command", ["train_classifier", "train_embedder"])
+def test_help_describes_every_option(command, capsys):
+    module = __import__(f"train_import.{command}", fromlist=["main"])
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and all(option in out for option in ("--data", "--name", "--eval", "--base", "--epochs", "--seed"))
+
+
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_data_gets_one_line_and_nothing_is_stored(case, tmp_path, capsys):
     from train_import import train_classifier

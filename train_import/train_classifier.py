@@ -20,37 +20,35 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, get_linear_schedule_with_warmup
 
-from models.detection import UnsupportedModel
-from models.store import import_model
 from train_import.cli import report
-from train_import.data import BadData, check_labels, read_rows, sha256, stratified_split
-from train_import.training import classification_scores, library_versions, majority_baseline, options_of, resolve_base, seed_everything
+from train_import.data import check_labels, read_rows, stratified_split
+from train_import.training import (
+    FAILURES,
+    classification_scores,
+    epoch_batches,
+    majority_baseline,
+    optimizer_step,
+    resolve_base,
+    seed_everything,
+    store_trained,
+    training_parser,
+)
 
 EVAL_SHARE = 0.2
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m train_import.train_classifier", description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="training data: .csv with a header row, or .jsonl")
-    parser.add_argument("--name", required=True, help="store name of the fine-tuned model")
-    parser.add_argument("--eval", type=Path, help=f"evaluation data (default: a stratified {EVAL_SHARE:.0%} of --data)")
-    parser.add_argument("--text-column", default="text")
-    parser.add_argument("--label-column", default="label")
-    parser.add_argument("--base", help="store tag, Hugging Face Hub id or directory (default: the embedded all-MiniLM-L6-v2)")
+    held_out = f"a stratified {EVAL_SHARE:.0%} of --data"
+    parser = training_parser("train_classifier", __doc__.splitlines()[0], "training data", held_out, {"text": "text", "label": "label"})
     parser.add_argument("--epochs", type=int, default=10, help="at most this many (default 10; early stopping)")
     parser.add_argument("--patience", type=int, default=2, help="epochs without a better macro-F1 before stopping (default 2)")
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-length", type=int, default=128, help="tokens per text in training (default 128)")
-    parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
 
@@ -99,23 +97,11 @@ def fine_tune(args: argparse.Namespace, base_dir: Path, data) -> tuple[object, o
     for epoch in range(1, args.epochs + 1):
         model.train()
         order = torch.randperm(len(texts)).tolist()
-        bar = tqdm(
-            range(0, len(texts), args.batch_size),
-            desc=f"epoch {epoch}/{args.epochs}",
-            unit="batch",
-            file=sys.stderr,
-            leave=False,
-            disable=None,
-        )
+        bar = epoch_batches(len(texts), epoch, args)
         for start in bar:
             indices = order[start : start + args.batch_size]
             batch = tokenizer([texts[i] for i in indices], padding=True, truncation=True, max_length=args.max_length, return_tensors="pt")
-            loss = model(**batch, labels=targets[indices]).loss
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+            optimizer_step(model(**batch, labels=targets[indices]).loss, optimizer, bar, schedule)
         scores = classification_scores(eval_labels, predict(model, tokenizer, eval_texts, label_set, args), label_set)
         history.append({"epoch": epoch, "accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"]})
         print(f"epoch {epoch}: accuracy {scores['accuracy']:.3f}, macro-F1 {scores['macro_f1']:.3f}", file=sys.stderr, flush=True)
@@ -151,27 +137,17 @@ def main(argv: list[str] | None = None) -> int:
         final = classification_scores(eval_labels, predict(model, tokenizer, eval_texts, label_set, args), label_set)
         print_scores("majority-class baseline", baseline)
         print_scores("fine-tuned", final)
-        record = {
-            "kind": "classifier",
-            "base": base,
-            "data_sha256": sha256(args.data, args.eval),
-            "train_examples": len(texts),
-            "eval_examples": len(eval_texts),
-            "options": options_of(args),
-            "baseline": baseline,
-            "scores": final,
-            "seconds": round(time.monotonic() - started, 1),
-            **history,
-            "versions": library_versions(),
-        }
-        with tempfile.TemporaryDirectory(prefix="textbento-train-") as directory:
+
+        def save(directory: str) -> None:
             model.save_pretrained(directory)
             tokenizer.save_pretrained(directory)
-            return import_model(
-                Path(directory), name=args.name, task="classify", source=f"{base}, fine-tuned on {args.data.name}", training=record
-            )
 
-    return report("training", run, (BadData, UnsupportedModel, OSError))
+        return store_trained(
+            save, args, kind="classifier", task="classify", base=base, started=started,
+            train_examples=len(texts), eval_examples=len(eval_texts), baseline=baseline, scores=final, **history,
+        )  # fmt: skip
+
+    return report("training", run, FAILURES)
 
 
 if __name__ == "__main__":

@@ -18,36 +18,23 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
-from models.detection import UnsupportedModel
-from models.store import import_model
 from train_import.cli import report
-from train_import.data import BadData, read_rows, sha256
-from train_import.training import library_versions, options_of, resolve_base, seed_everything
+from train_import.data import BadData, read_rows
+from train_import.training import FAILURES, epoch_batches, optimizer_step, resolve_base, seed_everything, store_trained, training_parser
 
 EVAL_SHARE = 0.2
 RECALL_AT = (1, 5)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m train_import.train_embedder", description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="pairs: .csv with a header row, or .jsonl")
-    parser.add_argument("--name", required=True, help="store name of the fine-tuned model")
-    parser.add_argument("--eval", type=Path, help=f"held-out pairs (default: {EVAL_SHARE:.0%} of --data)")
-    parser.add_argument("--anchor-column", default="anchor")
-    parser.add_argument("--positive-column", default="positive")
-    parser.add_argument("--base", help="store tag, Hugging Face Hub id or directory (default: the embedded all-MiniLM-L6-v2)")
+    held_out = f"{EVAL_SHARE:.0%} of --data"
+    parser = training_parser("train_embedder", __doc__.splitlines()[0], "pairs", held_out, {"anchor": "anchor", "positive": "positive"})
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--batch-size", type=int, default=32, help="also the in-batch negatives: bigger is harder (default 32)")
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
 
@@ -80,22 +67,11 @@ def fine_tune(model, pairs: list[tuple[str, str]], args: argparse.Namespace) -> 
     model.train()
     for epoch in range(1, args.epochs + 1):
         order = random.sample(pairs, len(pairs))
-        bar = tqdm(
-            range(0, len(order), args.batch_size),
-            desc=f"epoch {epoch}/{args.epochs}",
-            unit="batch",
-            file=sys.stderr,
-            leave=False,
-            disable=None,
-        )
+        bar = epoch_batches(len(order), epoch, args)
         for start in bar:
             batch = order[start : start + args.batch_size]
             features = [model.tokenize([pair[side] for pair in batch]) for side in (0, 1)]
-            loss = loss_function(features, labels=None)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+            optimizer_step(loss_function(features, labels=None), optimizer, bar)
     model.eval()
 
 
@@ -115,25 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         fine_tune(model, train, args)
         after = recall_at(model, held_out)
         print(f"held-out retrieval ({len(held_out)} pairs): before {before}, after {after}", file=sys.stderr)
-        record = {
-            "kind": "embedder",
-            "base": base,
-            "data_sha256": sha256(args.data, args.eval),
-            "train_pairs": len(train),
-            "eval_pairs": len(held_out),
-            "options": options_of(args),
-            "before": before,
-            "scores": after,
-            "seconds": round(time.monotonic() - started, 1),
-            "versions": library_versions(),
-        }
-        with tempfile.TemporaryDirectory(prefix="textbento-train-") as directory:
-            model.save(directory)
-            return import_model(
-                Path(directory), name=args.name, task="embed", source=f"{base}, fine-tuned on {args.data.name}", training=record
-            )
+        return store_trained(
+            model.save, args, kind="embedder", task="embed", base=base, started=started,
+            train_pairs=len(train), eval_pairs=len(held_out), before=before, scores=after,
+        )  # fmt: skip
 
-    return report("training", run, (BadData, UnsupportedModel, OSError))
+    return report("training", run, FAILURES)
 
 
 if __name__ == "__main__":

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import random
+import sys
+import tempfile
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from models.store import default_model_dir, download
+from models.detection import UnsupportedModel
+from models.store import default_model_dir, download, import_model
 
-from .data import BadData
+from .data import BadData, sha256
+
+# What a training command reports as one line (train_import/cli.py) instead of a traceback.
+FAILURES = (BadData, UnsupportedModel, OSError)
 
 EMBEDDED_BASE = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -33,10 +43,41 @@ def resolve_base(base: str | None) -> tuple[Path, str]:
     return download(base), base
 
 
+def training_parser(command: str, description: str, data: str, held_out: str, columns: dict[str, str]) -> argparse.ArgumentParser:
+    """The options both training commands take; each adds its own training options."""
+    parser = argparse.ArgumentParser(prog=f"python -m train_import.{command}", description=description)
+    parser.add_argument("--data", type=Path, required=True, help=f"{data}: .csv with a header row, or .jsonl")
+    parser.add_argument("--name", required=True, help="store name of the fine-tuned model")
+    parser.add_argument("--eval", type=Path, help=f"held-out data (default: {held_out})".replace("%", "%%"))  # argparse formats help
+    for option, column in columns.items():
+        parser.add_argument(f"--{option}-column", default=column)
+    parser.add_argument("--base", help="store tag, Hugging Face Hub id or directory (default: the embedded all-MiniLM-L6-v2)")
+    parser.add_argument("--max-length", type=int, default=128, help="tokens per text in training (default 128)")
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def epoch_batches(count: int, epoch: int, args) -> tqdm:
+    """The start of each batch of one epoch over ``count`` examples, with a progress bar on a terminal (none in a log)."""
+    return tqdm(
+        range(0, count, args.batch_size), desc=f"epoch {epoch}/{args.epochs}", unit="batch", file=sys.stderr, leave=False, disable=None
+    )
+
+
+def optimizer_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, bar: tqdm, schedule=None) -> None:
+    loss.backward()
+    optimizer.step()
+    if schedule is not None:
+        schedule.step()
+    optimizer.zero_grad()
+    bar.set_postfix(loss=f"{loss.item():.3f}")
 
 
 def classification_scores(truth: list[str], predicted: list[str], labels: list[str]) -> dict:
@@ -77,3 +118,20 @@ def _installed(name: str) -> bool:
     except importlib.metadata.PackageNotFoundError:
         return False
     return True
+
+
+def store_trained(save: Callable[[str], None], args, *, kind: str, task: str, base: str, started: float, **results):
+    """The model that ``save(directory)`` writes, stored like an import, with the run as its ``training`` metadata."""
+    record = {
+        "kind": kind,
+        "base": base,
+        "data_sha256": sha256(args.data, args.eval),
+        "options": options_of(args),
+        **results,
+        "seconds": round(time.monotonic() - started, 1),
+        "versions": library_versions(),
+    }
+    with tempfile.TemporaryDirectory(prefix="textbento-train-") as directory:
+        save(directory)
+        source = f"{base}, fine-tuned on {args.data.name}"
+        return import_model(Path(directory), name=args.name, task=task, source=source, training=record)
