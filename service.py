@@ -156,7 +156,7 @@ class TextBento:
                 carried = await self.encoder_calls.submit([e.ids for e in encoded])
         except TimeoutError:
             raise APIError(504, "timeout", f"not answered within {settings.timeout_s} s", retry_after=1) from None
-        timing.encoded, timing.passes = time.time(), [Pass(*forward) for _, forward in carried]
+        timing.encoded, timing.passes = time.time(), [Pass(*forward) for forward in {forward for _, forward in carried}]
         return encoded, [row for row, _ in carried], timing
 
     async def tokenize(self, texts: list[TextInput]) -> list[Encoded]:

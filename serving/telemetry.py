@@ -40,7 +40,7 @@ class Timing:
     answered: float = 0.0
     texts: int = 0
     tokens: int = 0
-    passes: list[Pass] = field(default_factory=list)  # the forward pass of each text
+    passes: list[Pass] = field(default_factory=list)  # the forward passes that carried its texts, each once
 
     @property
     def first_pass(self) -> float:
@@ -127,7 +127,7 @@ class Telemetry:
             return
         self._span("tokenize", timing.started, timing.tokenized, {"request.texts": timing.texts, "request.tokens": timing.tokens})
         self._span("wait", timing.tokenized, max(first, timing.tokenized))
-        for p in sorted(set(timing.passes)):
+        for p in sorted(timing.passes):
             self._span(
                 "forward", p.started, p.finished, {"batch.texts": p.texts, "batch.padded_tokens": p.padded_tokens, "batch.tokens": p.tokens}
             )

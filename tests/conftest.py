@@ -6,6 +6,7 @@ never touch the developer's own models.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -38,6 +39,22 @@ def check_timing_headers(response) -> dict[str, float]:
     assert all(value >= 0 for value in values.values()) and values["x-compute-tokens"] >= 1
     assert parts <= values["x-compute-time"] + 0.05, values
     return values
+
+
+async def lone_latencies(url: str, count: int, pause_s: float = 0.0) -> list[float]:
+    """Seconds each of ``count`` one-text embeddings requests took, sent one after another."""
+    import aiohttp
+
+    latencies = []
+    async with aiohttp.ClientSession() as session:
+        for i in range(count):
+            started = time.monotonic()
+            async with session.post(f"{url}/v1/embeddings", json={"input": f"alone {i}"}) as response:
+                assert response.status == 200
+                await response.read()
+            latencies.append(time.monotonic() - started)
+            await asyncio.sleep(pause_s)
+    return latencies
 
 
 def auto_backend() -> tuple[str, str]:

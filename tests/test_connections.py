@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from serving.settings import ENCODER_KEEP_ALIVE_S
-from tests.conftest import served
+from tests.conftest import lone_latencies, served
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW_CLIENTS = 2000
@@ -66,21 +66,6 @@ async def slow_header_connection(host: str, port: int, closed_after: list[float]
     writer.close()
 
 
-async def probe_latencies(url: str, count: int) -> list[float]:
-    import aiohttp
-
-    latencies = []
-    async with aiohttp.ClientSession() as session:
-        for i in range(count):
-            started = time.monotonic()
-            async with session.post(f"{url}/v1/embeddings", json={"input": f"probe {i}"}) as response:
-                assert response.status == 200
-                await response.read()
-            latencies.append(time.monotonic() - started)
-            await asyncio.sleep(0.05)
-    return latencies
-
-
 @pytest.fixture(scope="module")
 def guarded_server(embed_tag, logs):
     env = {"TEXTBENTO_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S), "TEXTBENTO_KEEP_ALIVE_S": "2"}
@@ -93,11 +78,11 @@ def test_slow_header_clients_are_cut_off_while_requests_keep_their_latency(guard
     host, port = url.removeprefix("http://").split(":")
 
     async def scenario():
-        quiet = await probe_latencies(url, 20)
+        quiet = await lone_latencies(url, 20, pause_s=0.05)
         closed_after: list[float] = []
         slow = [asyncio.create_task(slow_header_connection(host, int(port), closed_after)) for _ in range(SLOW_CLIENTS)]
         await asyncio.sleep(0.5)
-        loaded = await probe_latencies(url, 20)
+        loaded = await lone_latencies(url, 20, pause_s=0.05)
         await asyncio.gather(*slow)
         return quiet, loaded, closed_after
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import time
 from pathlib import Path
 
-import requests
 from bentoml._internal.marshal import dispatcher
 
 from bench.load import closed_loop
 from serving.dispatch import DispatchWhenFree, dispatch_when_free
-from tests.conftest import served
+from tests.conftest import lone_latencies, served
 
 
 def test_the_patched_batcher_exists_and_uses_the_fix():
@@ -38,23 +36,14 @@ def test_the_learned_wait_stays_zero_after_long_waits():
     assert optimizer.wait == 0 and learned.wait > 0.1  # the stock optimizer would idle 200 ms per batch
 
 
-def lone_latencies(url: str, count: int = 20) -> list[float]:
-    latencies = []
-    for i in range(count):
-        started = time.perf_counter()
-        assert requests.post(f"{url}/v1/embeddings", json={"input": f"alone {i}"}, timeout=30).status_code == 200
-        latencies.append(time.perf_counter() - started)
-    return latencies
-
-
 def test_after_a_burst_a_lone_request_is_as_fast_as_before(embed_tag, logs):
     """A call per request (``TEXTBENTO_CALLS_IN_FLIGHT=64``: no merging in the API workers), so that
     a burst queues many calls at the Encoder, as it did before serving/coalesce.py and still can
     with many workers: the stock batcher then learns the burst's queueing as its idle wait."""
     with served(embed_tag, logs, "dispatch", TEXTBENTO_CALLS_IN_FLIGHT="64") as server:
-        idle = statistics.median(lone_latencies(server.url))
+        idle = statistics.median(asyncio.run(lone_latencies(server.url, 20)))
         body = lambda i: {"input": [f"burst {i} {j}" for j in range(16)]}
         asyncio.run(closed_loop(f"{server.url}/v1/embeddings", body, concurrency=64, requests=640, deadline_s=60))
-        after = statistics.median(lone_latencies(server.url))
+        after = statistics.median(asyncio.run(lone_latencies(server.url, 20)))
     print(f"\nlone request p50: {idle * 1000:.1f} ms idle, {after * 1000:.1f} ms after a burst")
     assert after < max(2 * idle, idle + 0.02)

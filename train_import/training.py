@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import random
 import sys
 import tempfile
@@ -17,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from models.detection import UnsupportedModel
-from models.store import default_model_dir, download, import_model
+from models.store import default_model_dir, download, import_model, library_versions
 
 from .data import BadData, sha256
 
@@ -25,6 +24,7 @@ from .data import BadData, sha256
 FAILURES = (BadData, UnsupportedModel, OSError)
 
 EMBEDDED_BASE = "sentence-transformers/all-MiniLM-L6-v2"
+TRAINING_LIBRARIES = ("torch", "transformers", "sentence-transformers")
 
 
 def resolve_base(base: str | None) -> tuple[Path, str]:
@@ -33,13 +33,14 @@ def resolve_base(base: str | None) -> tuple[Path, str]:
         return default_model_dir(), EMBEDDED_BASE
     if Path(base).is_dir():
         return Path(base), base
-    if ":" in base or "/" not in base:  # a store tag (name or name:version)
+    if ":" in base or "/" not in base:  # a store tag (name or name:version), or a Hub id without an owner
         import bentoml
 
         try:
             return Path(bentoml.models.get(base).path), base
         except bentoml.exceptions.NotFound:
-            raise BadData(f"no model {base!r} in the BentoML store, and no such directory") from None
+            if ":" in base:
+                raise BadData(f"no model {base!r} in the BentoML store, and no such directory") from None
     return download(base), base
 
 
@@ -108,18 +109,6 @@ def options_of(args) -> dict[str, str | int | float]:
     return {name: str(value) if isinstance(value, Path) else value for name, value in vars(args).items() if value is not None}
 
 
-def library_versions() -> dict[str, str]:
-    return {name: importlib.metadata.version(name) for name in ("torch", "transformers", "sentence-transformers") if _installed(name)}
-
-
-def _installed(name: str) -> bool:
-    try:
-        importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 def store_trained(save: Callable[[str], None], args, *, kind: str, task: str, base: str, started: float, **results):
     """The model that ``save(directory)`` writes, stored like an import, with the run as its ``training`` metadata."""
     record = {
@@ -129,7 +118,7 @@ def store_trained(save: Callable[[str], None], args, *, kind: str, task: str, ba
         "options": options_of(args),
         **results,
         "seconds": round(time.monotonic() - started, 1),
-        "versions": library_versions(),
+        "versions": library_versions(TRAINING_LIBRARIES),
     }
     with tempfile.TemporaryDirectory(prefix="textbento-train-") as directory:
         save(directory)
