@@ -1,13 +1,16 @@
 """Shared fixtures: an isolated BentoML store, the two test models, and real served instances.
 
 The store lives in a temporary BENTOML_HOME set before bentoml is imported anywhere, so tests
-never touch the developer's own models.
+never touch the developer's own models; it is removed when the run ends (it holds ~2 GB of
+imported models: a run must not leave them behind on a CI disk).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +25,7 @@ os.environ.setdefault("BENTOML_DO_NOT_TRACK", "true")
 
 import pytest
 
+atexit.register(shutil.rmtree, os.environ["BENTOML_HOME"], ignore_errors=True)
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 

@@ -11,7 +11,6 @@ import functools
 import io
 import random
 import shutil
-import tempfile
 from pathlib import Path
 
 import bentoml
@@ -265,11 +264,11 @@ def test_default_embeddings_match_transformers(embed_tag: str):
     assert agreement >= 0.99, agreement
 
 
-def test_per_tensor_int8_would_miss_the_gate(embed_tag: str):
+def test_per_tensor_int8_would_miss_the_gate(embed_tag: str, tmp_path: Path):
     """The gate can fail: ONNX Runtime's per-tensor dynamic int8, on the texts alone, misses it (min 0.974)."""
     stored = bentoml.models.get(embed_tag)
     spec = ModelSpec.of(stored)
-    directory = Path(tempfile.mkdtemp())
+    directory = tmp_path / "per-tensor"
     shutil.copytree(stored.path, directory, dirs_exist_ok=True)
     graph = onnx_dir(directory) / INT8
     quantize_int8_per_tensor(onnx_dir(directory) / FP32, graph)
