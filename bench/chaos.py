@@ -11,7 +11,9 @@ throughput before and when it came back; statuses; RSS samples) and exits 1 when
 - no request takes longer than the service's timeout + 5 s;
 - after each kill, throughput (3 s rolling) is back to 80% of the 30 s before it within
   ``RECOVERY_S`` of the replacement starting (the "Service ... initialized" line in the log);
-- total RSS at the end within 10% of its level after the first kill's recovery.
+- total RSS at the end within 10% of its level after the first kill's recovery;
+- once the traffic has ended, ``textbento_inflight_requests`` reads 0 (a killed worker's requests
+  in flight do not stay counted).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from datetime import datetime
 from pathlib import Path
 
 import psutil
+import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.load import closed_loop
 from bench.serving import serve
@@ -106,10 +110,17 @@ def run(model: str, seconds: float, plan: list[tuple[float, str]], log: Path) ->
         stop.set()
         for thread in threads:
             thread.join()
+        inflight = in_flight(server.url)
     for kill in kills:
         restarts = [t - wall_started for t in initialized_times(log, SERVICE[kill["what"]]) if t - wall_started > kill["at_s"] - 1]
         kill["replacement_started_s"] = round(restarts[0], 1) if restarts else None
-    return {"result": result, "kills": kills, "rss": rss}
+    return {"result": result, "kills": kills, "rss": rss, "inflight_after": inflight}
+
+
+def in_flight(url: str) -> float:
+    """``textbento_inflight_requests`` as /metrics reports it (summed over the live workers)."""
+    families = text_string_to_metric_families(requests.get(f"{url}/metrics", timeout=10).text)
+    return sum(s.value for family in families if family.name == "textbento_inflight_requests" for s in family.samples)
 
 
 def throughput(timeline: list, seconds: float) -> list[int]:
@@ -165,6 +176,8 @@ def judge(run_: dict, seconds: float) -> dict:
     growth = end / baseline - 1 if baseline and end else None
     if growth is None or growth > 0.10:
         failures.append(f"RSS grew {growth}")
+    if run_["inflight_after"] != 0:
+        failures.append(f"textbento_inflight_requests reads {run_['inflight_after']} after the traffic ended")
     statuses = {str(k): v for k, v in sorted(result.statuses.items(), key=str)}
     return {
         "passed": not failures,
@@ -176,6 +189,7 @@ def judge(run_: dict, seconds: float) -> dict:
         "answers_per_s": round(sum(1 for entry in timeline if entry[2] == 200) / seconds, 1),
         "kills": kills,
         "rss_growth": None if growth is None else round(growth, 4),
+        "inflight_after": run_["inflight_after"],
         "rss_mib": rss,
         "per_second": per_second[: int(seconds) + 5],
     }

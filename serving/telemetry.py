@@ -11,11 +11,13 @@ never at import. Traces: spans under BentoML's request span, from its tracer pro
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from types import SimpleNamespace
 
 from models.inference import Pass
@@ -61,6 +63,29 @@ class Timing:
         return {"x-compute-tokens": str(self.tokens), **{name: f"{value * 1000:.2f}" for name, value in seconds.items()}}
 
 
+def forget_dead_processes() -> None:
+    """Drop the live gauges of processes that are gone. A SIGKILLed worker cannot remove its own
+    (its requests in flight would stay in ``textbento_inflight_requests`` for good), so the worker
+    that replaces it does, when it makes its families."""
+    from prometheus_client.multiprocess import mark_process_dead
+
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    for path in Path(directory).glob("gauge_live*_*.db") if directory else ():
+        pid = int(path.stem.rsplit("_", 1)[1])
+        if not pid_exists(pid):
+            mark_process_dead(pid, directory)
+
+
+def pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
 class Telemetry:
     """The service's Prometheus families and spans; every method is a no-op when ``enabled`` is false,
     and no span is made when nothing would export it (``traced`` false)."""
@@ -72,6 +97,7 @@ class Telemetry:
     def families(self) -> SimpleNamespace:
         import prometheus_client as prom  # here: after BentoML has set PROMETHEUS_MULTIPROC_DIR
 
+        forget_dead_processes()
         return SimpleNamespace(
             requests=prom.Counter("textbento_requests", "answers by route and HTTP status", ["route", "status"]),
             rejected=prom.Counter("textbento_rejected", "requests turned away, by reason", ["reason"]),
