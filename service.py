@@ -50,7 +50,7 @@ from serving.dispatch import dispatch_when_free
 from serving.drain import Drain
 from serving.hop import resend_unanswered
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
-from serving.telemetry import Timing, telemetry
+from serving.telemetry import Timing, forget_dead_processes, telemetry
 
 dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
 MODEL = bentoml.models.BentoModel(settings.model)
@@ -133,6 +133,7 @@ class TextBento:
         if not settings.keys():
             logger.warning("no API key configured (TEXTBENTO_API_KEYS): the API is open to anyone who can reach it")
         limit_connections(header_timeout_s=settings.header_timeout_s, keep_alive_s=settings.keep_alive_s)
+        forget_dead_processes()  # a SIGKILLed predecessor's requests in flight
         self.spec = ModelSpec.of(self.model)
         self.tokenizer = TextTokenizer(self.model.path, self.spec.max_length)
         self.aliases = {None, self.model.tag.name, str(self.model.tag), self.spec.source}

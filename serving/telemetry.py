@@ -66,7 +66,8 @@ class Timing:
 def forget_dead_processes() -> None:
     """Drop the live gauges of processes that are gone. A SIGKILLed worker cannot remove its own
     (its requests in flight would stay in ``textbento_inflight_requests`` for good), so the worker
-    that replaces it does, when it makes its families."""
+    that replaces it does as it starts (it may serve nothing for a while: the clients' open
+    connections are all on the other workers)."""
     from prometheus_client.multiprocess import mark_process_dead
 
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
@@ -97,7 +98,6 @@ class Telemetry:
     def families(self) -> SimpleNamespace:
         import prometheus_client as prom  # here: after BentoML has set PROMETHEUS_MULTIPROC_DIR
 
-        forget_dead_processes()
         return SimpleNamespace(
             requests=prom.Counter("textbento_requests", "answers by route and HTTP status", ["route", "status"]),
             rejected=prom.Counter("textbento_rejected", "requests turned away, by reason", ["reason"]),
