@@ -51,6 +51,7 @@ from serving.drain import Drain
 from serving.hop import resend_unanswered
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
 from serving.telemetry import Timing, forget_dead_processes, telemetry
+from serving.wire import ids_from_wire, ids_to_wire, rows_from_wire, rows_to_wire
 
 dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
 MODEL = bentoml.models.BentoModel(settings.model)
@@ -91,14 +92,14 @@ class Encoder:
     def forward(self, token_ids: list[np.ndarray]) -> tuple[list[np.ndarray], list[Pass]]:
         return run_passes(self.backend, token_ids, self.spec.pad_id, settings.token_budget)
 
-    # Per text: (its row, the forward pass that computed it). ``Any``: BentoML validates an ndarray
-    # only as a list's item, and the pickle between the services carries the tuple as it is.
+    # Per text: (its row, the forward pass that computed it), the pickle between the services
+    # carrying the tuple as it is. Ids and rows travel as bytes: one chunk per call (serving/wire.py).
     @bentoml.api(batchable=True, max_batch_size=settings.max_batch_size, max_latency_ms=settings.max_latency_ms)
-    async def encode(self, token_ids: list[np.ndarray]) -> list[Any]:
+    async def encode(self, token_ids: list[bytes]) -> list[tuple[bytes, Any]]:
         with self.drain.batch():
-            rows, passes = await self.thread.run(self.forward, token_ids)
+            rows, passes = await self.thread.run(self.forward, ids_from_wire(token_ids))
         telemetry.passes(set(passes))
-        return list(zip(rows, passes))
+        return list(zip(rows_to_wire(rows), passes))
 
     @bentoml.api
     def device(self) -> dict[str, str]:
@@ -154,11 +155,11 @@ class TextBento:
                 timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
                 if not truncate:
                     refuse_truncated(encoded, param, self.spec.max_length)
-                carried = await self.encoder_calls.submit([e.ids for e in encoded])
+                carried = await self.encoder_calls.submit(ids_to_wire([e.ids for e in encoded]))
         except TimeoutError:
             raise APIError(504, "timeout", f"not answered within {settings.timeout_s} s", retry_after=1) from None
         timing.encoded, timing.passes = time.time(), [Pass(*forward) for forward in {forward for _, forward in carried}]
-        return encoded, [row for row, _ in carried], timing
+        return encoded, rows_from_wire([row for row, _ in carried]), timing
 
     async def tokenize(self, texts: list[TextInput]) -> list[Encoded]:
         return await asyncio.to_thread(self.tokenizer.encode, texts)

@@ -1,6 +1,7 @@
 """This tree against another revision of textbento, served side by side on the same machine, in turns.
 
     python -m bench.compare 90c58c9     # → bench/results/compare-90c58c9.json
+    python -m bench.compare 90c58c9 --point 32x8 --rounds 6 --out /tmp/32x8.json   # one point, closer
 
 The machine's speed changes from day to day, so a figure committed another day is no yardstick:
 this checks out ``REF`` in a scratch git worktree, imports the embedded all-MiniLM-L6-v2 with
@@ -18,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import bentoml
+
 from bench.load import closed_loop
 from bench.serving import ROOT, serve
 from bench.topology import RESULTS, short_texts
@@ -31,11 +34,11 @@ def import_default(tree: Path, name: str) -> str:
     return subprocess.run(command, cwd=tree, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def measure(tree: Path, tag: str, seconds: float) -> dict[str, dict]:
+def measure(tree: Path, tag: str, seconds: float, points: list[tuple[int, int]]) -> dict[str, dict]:
     texts = short_texts(2048)
     rows = {}
     with serve(env={"TEXTBENTO_MODEL": tag}, cwd=tree) as server:
-        for per_request, concurrency in POINTS:
+        for per_request, concurrency in points:
             body = lambda i, k=per_request: {"input": [texts[(i * k + j) % len(texts)] for j in range(k)]}
             url = server.url + "/v1/embeddings"
             asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
@@ -44,6 +47,11 @@ def measure(tree: Path, tag: str, seconds: float) -> dict[str, dict]:
             )
             rows[f"{per_request}x-c{concurrency}"] = result.summary()
     return rows
+
+
+def parse_point(text: str) -> tuple[int, int]:
+    per_request, concurrency = text.lower().split("x")
+    return int(per_request), int(concurrency)
 
 
 def better(old: dict | None, new: dict) -> dict:
@@ -60,24 +68,33 @@ def main() -> None:
     parser.add_argument("ref", help="git revision to compare with, e.g. the last landed commit")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument(
+        "--point", action="append", type=parse_point, dest="points", help="TEXTSxCONCURRENCY, repeatable (default: 1x1, 1x64, 32x8)"
+    )
+    parser.add_argument("--out", type=Path, help="default: bench/results/compare-REF.json")
     args = parser.parse_args()
+    points = args.points or POINTS
     scratch = Path(tempfile.mkdtemp(prefix="textbento-compare-"))
     worktree = scratch / "ref"
     subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.ref], cwd=ROOT, check=True, capture_output=True)
+    trees: dict[str, tuple[Path, str]] = {}
     try:
         trees = {"this tree": (ROOT, import_default(ROOT, "compare-this")), args.ref: (worktree, import_default(worktree, "compare-ref"))}
         best: dict[str, dict[str, dict]] = {name: {} for name in trees}
         for _ in range(args.rounds):
             for name, (tree, tag) in trees.items():
-                for point, row in measure(tree, tag, args.seconds).items():
+                for point, row in measure(tree, tag, args.seconds, points).items():
                     best[name][point] = better(best[name].get(point), row)
                 print(name, {point: (row["texts_per_s"], row["p50_ms"], row["errors"]) for point, row in best[name].items()}, flush=True)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=True)
+        for _, tag in trees.values():  # a new version per run otherwise: ~270 MB each, left in the store
+            bentoml.models.delete(tag)
     ratios = {point: round(best["this tree"][point]["texts_per_s"] / best[args.ref][point]["texts_per_s"], 2) for point in best[args.ref]}
     report = {"ref": args.ref, "rounds": args.rounds, "seconds": args.seconds, "results": best, "texts_per_s_ratio": ratios}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"compare-{args.ref}.json").write_text(json.dumps(report, indent=2) + "\n")
+    out = args.out or RESULTS / f"compare-{args.ref}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
     print("texts/s, this tree / ref:", ratios)
 
 
