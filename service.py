@@ -40,6 +40,7 @@ from api.types import (
     SentimentResponse,
 )
 from models.backends import load_backend
+from models.cpu import describe as describe_cpu
 from models.inference import InferenceThread, Pass, run_passes
 from models.postprocess import ranked_labels, scores, truncate_dimensions
 from models.spec import ModelSpec
@@ -81,7 +82,9 @@ class Encoder:
     def __init__(self) -> None:
         self.spec = ModelSpec.of(self.model)
         self.thread = InferenceThread()
+        # ``auto`` holds its fast graph to fp32 here first, and serves fp32 if it misses the gates.
         self.backend = self.thread.call(load_backend, settings.backend, self.model.path, self.spec, settings.runner_threads)
+        telemetry.backend(self.backend)
         # Warm-up before /readyz turns green: the first forward pass is the slowest.
         self.thread.call(self.forward, [np.ones(16, dtype=np.int32)] * 8)
         # On SIGTERM, answer the API workers' last calls before stopping (serving/drain.py).
@@ -102,8 +105,9 @@ class Encoder:
         return list(zip(rows_to_wire(rows), passes))
 
     @bentoml.api
-    def device(self) -> dict[str, str]:
-        return {"backend": self.backend.name, "device": self.backend.device}
+    def device(self) -> dict[str, Any]:
+        fidelity = self.backend.fidelity.as_dict() if self.backend.fidelity else None
+        return {"backend": self.backend.name, "device": self.backend.device, "precision": self.backend.precision, "fidelity": fidelity}
 
 
 # BentoML serves the docs (its /docs merges these routes); FastAPI's own would shadow them.
@@ -240,6 +244,7 @@ class TextBento:
             prompts=self.spec.prompts,
             default_prompt_name=self.spec.default_prompt_name,
             source=self.spec.source,
+            cpu=describe_cpu(),
             **device,
         )
         return ModelList(data=[card])

@@ -111,6 +111,17 @@ class EmbeddingsResponse(BaseModel):
     usage: Usage
 
 
+class Fidelity(BaseModel):
+    """The served fast graph against fp32 on this machine, measured at start-up (``models.selfcheck``)."""
+
+    min_cosine: float
+    mean_cosine: float
+    probe_texts: int
+    seconds: float
+    passed: bool
+    gates: dict[str, float]
+
+
 class ModelCard(BaseModel):
     """The served model, in OpenAI's model-list shape plus what a client needs to use it."""
 
@@ -128,6 +139,9 @@ class ModelCard(BaseModel):
     default_prompt_name: str | None
     backend: str
     device: str
+    precision: str
+    fidelity: Fidelity | None  # where ``auto`` checked its fast graph; a failed check serves fp32
+    cpu: str
     source: str
 
 

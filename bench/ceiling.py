@@ -23,7 +23,6 @@ round: other processes on a shared machine only ever slow a round down.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -34,6 +33,7 @@ from pathlib import Path
 import bentoml
 import numpy as np
 
+from bench import write_result
 from bench.topology import RESULTS, short_texts
 from models.backends import Backend, load_backend
 from models.batching import pad
@@ -189,7 +189,7 @@ def main(rounds: int = 3) -> None:
         "accuracy": accuracy,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "ceiling.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_result("ceiling.json", report, indent=2)
     print(f"{'graph':34s}" + "".join(f"{mode:>12s}" for mode in MODES))
     for name, rates in best.items():
         print(f"{name:34s}" + "".join(f"{rates[mode]:12.0f}" for mode in MODES), accuracy[name])

@@ -37,6 +37,7 @@ import psutil
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench import write_result
 from bench.load import closed_loop
 from bench.serving import serve
 from bench.soak import mixed_body
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = schedule(seconds, args.encoder_every, args.worker_every)
     verdict = judge(run(args.model, seconds, plan, log), seconds)
     verdict = {"command": "python -m bench.chaos " + " ".join(argv if argv is not None else sys.argv[1:]), **vars(args), **verdict}
-    Path(args.out).write_text(json.dumps(verdict, indent=1) + "\n")
+    write_result(args.out, verdict, indent=1)
     summary = {k: verdict[k] for k in ("passed", "requests", "statuses", "dropped_connections_at_worker_kills", "slowest_s", "rss_growth")}
     print(json.dumps(summary))
     for kill in verdict["kills"]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import bentoml
 
+from bench import write_result
 from bench.load import closed_loop
 from bench.serving import ROOT, serve
 from bench.topology import RESULTS, short_texts
@@ -94,7 +94,7 @@ def main() -> None:
     report = {"ref": args.ref, "rounds": args.rounds, "seconds": args.seconds, "results": best, "texts_per_s_ratio": ratios}
     out = args.out or RESULTS / f"compare-{args.ref}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    write_result(out, report, indent=2)
     print("texts/s, this tree / ref:", ratios)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import bentoml
 
+from bench import write_result
 from bench.ceiling import ceiling
 from bench.load import closed_loop
 from bench.serving import serve
@@ -140,7 +141,7 @@ def main() -> None:
     slug = re.sub(r"[^a-z0-9]+", "-", report["gpu"]["name"].lower()).strip("-")
     path = RESULTS / f"gpu-{slug}.json"
     RESULTS.mkdir(exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    write_result(path, report, indent=2)
     print_table(report)
     print(f"\n→ {path}")
     if any(row["errors"] for row in rows):

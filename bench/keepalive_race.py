@@ -14,7 +14,6 @@ quick) the second call fails before any answer; with it longer (serving/connecti
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import time
 import aiohttp
 import uvicorn
 
-from bench.topology import RESULTS
+from bench import write_result
 
 
 async def app(scope, receive, send):
@@ -70,7 +69,7 @@ def main() -> int:
         results[label] = asyncio.run(trials(path, count=10, blocked_s=1.3))
         server.should_exit = True
         print(f"{label}: {results[label]}")
-    (RESULTS / "keepalive-race.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_result("keepalive-race.json", results, indent=1)
     return 0
 
 

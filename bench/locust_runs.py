@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import write_result
 from bench.serving import serve
 from bench.topology import RESULTS
 
@@ -80,7 +80,7 @@ def main() -> int:
         "failures": sum(run["failures"] for run in runs),
         "per_run": runs,
     }
-    Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+    write_result(args.out, summary, indent=1)
     failed_runs, failed_requests = summary["runs_with_failures"], summary["failures"]
     print(f"{failed_runs} of {summary['runs']} runs had failures; {failed_requests} of {summary['requests']} requests failed")
     return 1 if summary["failures"] else 0

@@ -15,6 +15,7 @@ import json
 
 import psutil
 
+from bench import write_result
 from bench.load import closed_loop
 from bench.serving import role, serve
 from bench.topology import RESULTS, short_texts
@@ -42,7 +43,7 @@ def main() -> None:
     for previous, row in zip(rows, rows[1:]):
         row["per_extra_worker_mib"] = round((row["total_mib"] - previous["total_mib"]) / (row["workers"] - previous["workers"]), 1)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "memory.json").write_text(json.dumps(rows, indent=2) + "\n")
+    write_result("memory.json", rows, indent=2)
     for row in rows:
         print(json.dumps(row))
 

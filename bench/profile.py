@@ -23,6 +23,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+from bench import write_result
 from bench.load import closed_loop
 from bench.serving import role, serve
 from bench.topology import RESULTS, short_texts
@@ -143,7 +144,7 @@ def main() -> None:
     }
     raw_path.unlink()
     name = f"profile-{per_request}x-c{args.concurrency}"
-    (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_result(f"{name}.json", summary, indent=2)
     lines = [f"{share:6.1%}  {work}" for work, share in summary["by_role_and_work"].items()]
     (RESULTS / f"{name}.txt").write_text("\n".join(lines) + "\n")
     print(json.dumps(summary["load"]), *lines, sep="\n")

@@ -27,6 +27,7 @@ from pathlib import Path
 import bentoml
 import numpy as np
 
+from bench import write_result
 from bench.ceiling import STREAM, bench_tag, fidelity, rate
 from bench.topology import RESULTS, short_texts
 from models.backends import load_backend
@@ -192,7 +193,7 @@ def main(rounds: int = 3) -> None:
         "results": results,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "quantization.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_result("quantization.json", report, indent=2)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import bentoml
 
+from bench import write_result
 from bench.load import closed_loop
 from bench.serving import serve
 from bench.topology import RESULTS, short_texts
@@ -58,7 +59,7 @@ def main(seconds: float = 10) -> None:
         "pairs_per_s_ratio": round(rows["textbento"]["texts_per_s"] / rows["naive-fastapi"]["texts_per_s"], 2),
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "rerank.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_result("rerank.json", report, indent=2)
 
 
 if __name__ == "__main__":

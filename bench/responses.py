@@ -20,6 +20,7 @@ from fastapi.utils import create_model_field
 
 from api.responses import json_response, usage
 from api.types import Embedding, EmbeddingsResponse, Usage
+from bench import write_result
 from bench.topology import RESULTS
 
 VECTOR = np.random.default_rng(0).random(384, dtype=np.float32)
@@ -64,7 +65,7 @@ def main() -> None:
         "json_response_us": microseconds(straight),
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "responses.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_result("responses.json", report, indent=2)
     print(report)
 
 

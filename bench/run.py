@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench import write_result
 from bench.load import closed_loop
 from bench.serving import ROOT, serve
 from bench.testmodels import build_classifier
@@ -127,7 +128,7 @@ def main() -> None:
             print(f"== {task} {name}", flush=True)
             entry["systems"][name] = bench_system(name, tag, task, args.quick, progress)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_result("bench.json", report, indent=2)
     write_report(report, RESULTS)
 
 

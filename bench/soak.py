@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+from bench import write_result
 from bench.load import closed_loop
 from bench.serving import serve
 from bench.topology import RESULTS, short_texts
@@ -67,7 +68,7 @@ def main() -> int:
         "rss_samples": samples,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "soak.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_result("soak.json", report, indent=2)
     print(json.dumps({k: v for k, v in report.items() if k != "rss_samples"}))
     return 0 if result.errors == 0 and growth < 0.10 else 1
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 from contextlib import ExitStack
 
+from bench import write_result
 from bench.load import closed_loop
 from bench.serving import serve
-from bench.topology import RESULTS, short_texts
+from bench.topology import short_texts
 
 CONCURRENCY = 64
 
@@ -57,7 +57,7 @@ def main() -> None:
         "overhead": round(1 - median["on"] / median["off"], 4),
         "rounds": rounds,
     }
-    (RESULTS / "telemetry-cost.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_result("telemetry-cost.json", report, indent=1)
     print(f"metrics on {median['on']:.0f} vs off {median['off']:.0f} texts/s: overhead {report['overhead']:.1%}")
 
 

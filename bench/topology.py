@@ -13,6 +13,7 @@ import json
 import random
 from pathlib import Path
 
+from bench import write_result
 from bench.load import batch_histogram, closed_loop
 from bench.serving import serve
 
@@ -73,7 +74,7 @@ def main() -> None:
         for row in report[name]:
             print(name, json.dumps(row))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "topology.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_result("topology.json", report, indent=2)
 
 
 if __name__ == "__main__":

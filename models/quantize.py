@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.transformers.float16 import convert_float_to_float16
 
 # GELU fused, or decomposed as exported (x · 0.5 · (1 + erf(x / √2))): its output is one-sided.
 GELU_OPS = {"Gelu", "BiasGelu", "FastGelu", "QuickGelu", "Erf"}
@@ -174,6 +173,30 @@ def quantize_int8(source: Path, target: Path, policy: dict[str, str] = SERVED_PO
     return target
 
 
+def unsigned_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same int8 graph with its weights stored as uint8 (+ 128, zero point 128): u8×u8 kernels.
+
+    The values the kernel multiplies are unchanged (it subtracts the zero point 128 again), so the
+    result is the graph's exact arithmetic on every CPU, while ONNX Runtime's u8×s8 kernels
+    saturate where there is no VNNI (``models.cpu``). Done at load, not stored: a model imported
+    on one machine is served on others, and the stored graph stays the one fast on VNNI.
+    """
+    weights = {init.name: init for init in model.graph.initializer}
+    zero = "q_128_weights"
+    model.graph.initializer.append(numpy_helper.from_array(np.uint8(128), zero))
+    for node in model.graph.node:
+        weight = weights.get(node.input[1]) if node.op_type == "MatMulIntegerToFloat" else None
+        if weight is None or weight.data_type != TensorProto.INT8:
+            continue
+        shifted = (numpy_helper.to_array(weight).astype(np.int16) + 128).astype(np.uint8)
+        weight.CopyFrom(numpy_helper.from_array(shifted, weight.name))
+        inputs = list(node.input) + [""] * (6 - len(node.input))  # A, B, a_scale, b_scale, a_zero_point, b_zero_point
+        inputs[5] = zero
+        del node.input[:]
+        node.input.extend(inputs)
+    return model
+
+
 def quantize_int8_per_tensor(source: Path, target: Path) -> Path:
     """ONNX Runtime's stock dynamic int8 (one activation scale per tensor), served until per-token
     replaced it and kept for comparison: ``bench.ceiling`` measures it, a test shows it missing the gate."""
@@ -193,6 +216,8 @@ def quantize_int8_per_tensor(source: Path, target: Path) -> Path:
 
 def quantize_fp16(source: Path, target: Path) -> Path:
     """fp16 weights and compute for CUDA; inputs stay int64 and the output float32."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
     model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
     onnx.save(model, str(target))
     return target

@@ -112,6 +112,18 @@ class Telemetry:
             batch_texts=prom.Histogram("textbento_batch_texts", "texts per forward pass", buckets=TEXTS),
             batch_padded_tokens=prom.Histogram("textbento_batch_padded_tokens", "padded tokens per forward pass", buckets=TOKENS),
             padding_ratio=prom.Histogram("textbento_padding_ratio", "padded / real tokens per forward pass", buckets=PADDING),
+            backend=prom.Gauge(
+                "textbento_backend",
+                "the backend served (1), by name, device and precision",
+                ["backend", "device", "precision"],
+                multiprocess_mode="livemax",
+            ),
+            fidelity=prom.Gauge(
+                "textbento_backend_fidelity",
+                "cosine of the served fast graph to fp32 on the start-up probe",
+                ["stat"],
+                multiprocess_mode="livemax",
+            ),
         )
 
     @cached_property
@@ -161,6 +173,15 @@ class Telemetry:
 
     def _span(self, name: str, start: float, end: float, attributes: dict | None = None) -> None:
         self.tracer.start_span(name, start_time=int(start * 1e9), attributes=attributes).end(end_time=int(end * 1e9))
+
+    def backend(self, backend) -> None:
+        """The Encoder's backend as served, and the fidelity its self-check measured (``models.selfcheck``)."""
+        if not self.enabled:
+            return
+        self.families.backend.labels(backend.name, backend.device, backend.precision).set(1)
+        if backend.fidelity is not None:
+            self.families.fidelity.labels("min_cosine").set(backend.fidelity.min_cosine)
+            self.families.fidelity.labels("mean_cosine").set(backend.fidelity.mean_cosine)
 
     def passes(self, passes: set[Pass]) -> None:
         """The Encoder's forward passes (each once, however many texts of it went to how many calls)."""

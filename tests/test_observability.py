@@ -30,6 +30,8 @@ FAMILIES = {
     "textbento_batch_texts": "histogram",
     "textbento_batch_padded_tokens": "histogram",
     "textbento_padding_ratio": "histogram",
+    "textbento_backend": "gauge",
+    "textbento_backend_fidelity": "gauge",
 }
 EMBEDDINGS = 12  # requests of 1 + i % 3 texts
 
@@ -136,6 +138,21 @@ def test_every_family_has_samples_and_counts_match_the_traffic(observed):
     assert sum(s.value for s in families["textbento_batch_texts"].samples if s.name.endswith("_sum")) == texts  # the warm-up is not served
     assert histogram_count(families["textbento_padding_ratio"]) == passes
     assert sum(s.value for s in families["textbento_inflight_requests"].samples) == 0  # all answered (/metrics is not counted)
+
+
+def test_the_served_backend_and_its_fidelity_here_are_exported(observed):
+    """What ``auto`` chose at start-up and the self-check's figures: the same in /metrics and /v1/models."""
+    url = observed[0]
+    (card,) = requests.get(f"{url}/v1/models", timeout=10).json()["data"]
+    families = scrape(url)
+    (served,) = families["textbento_backend"].samples
+    assert served.value == 1 and [served.labels[k] for k in ("backend", "device", "precision")] == [
+        card["backend"],
+        card["device"],
+        card["precision"],
+    ]
+    fidelity = {sample.labels["stat"]: sample.value for sample in families["textbento_backend_fidelity"].samples}
+    assert card["fidelity"]["passed"] and fidelity == {key: card["fidelity"][key] for key in ("min_cosine", "mean_cosine")}
 
 
 def test_timing_headers_describe_the_request(observed):

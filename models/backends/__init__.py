@@ -4,18 +4,21 @@
 ``models.export`` wrote into the stored model (fp32, or fp16 on CUDA, and per-token dynamic
 int8 on CPU). Every backend runs a padded batch as one forward pass.
 ``auto`` picks the fastest of them that passes the accuracy gates of ``tests/test_onnx.py`` on
-the device at hand.
+the device at hand: measured there, at start-up (``models.selfcheck``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from ..spec import ModelSpec
+
+logger = logging.getLogger("textbento")
 
 
 class Backend(Protocol):
@@ -27,6 +30,8 @@ class Backend(Protocol):
 
     name: str
     device: str
+    precision: str  # what the graph computes in, e.g. "fp32", "int8", "fp16"
+    fidelity: object  # ``models.selfcheck.Fidelity`` where ``auto`` checked it, else None
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
 
@@ -37,10 +42,10 @@ BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
 def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int) -> Backend:
     """The backend called ``name`` with the model in ``model_dir`` loaded and ready.
 
-    ``auto``, measured on a 2-core CPU with MiniLM (bench/results/ceiling.json): the per-token
-    int8 graph runs the most sentences/s and passes the accuracy gates against transformers
-    (tests/test_onnx.py: min cosine 0.9925, mean 0.9987), so it is the CPU choice; on CUDA the fp16
-    graph. A model stored without ONNX graphs gets torch (fp16 on CUDA) rather than a failure.
+    ``auto``: the fast graph of the device (fp16 on CUDA; per-token int8 on CPU, which runs the
+    most sentences/s on every CPU class measured, docs/design.md 5b), served only if it passes the
+    self-check against the fp32 graph here; otherwise fp32, with one warning. A model stored
+    without ONNX graphs gets torch (fp16 on CUDA) rather than a failure.
     """
     if name == "auto":
         from ..onnx_layout import has_onnx
@@ -51,9 +56,7 @@ def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int
                     f"{model_dir} has no ONNX graphs and PyTorch is not installed; add them with: python -m train_import.export_onnx <tag>"
                 )
             return load_backend("torch", model_dir, spec, threads)
-        from .onnx_backend import OnnxBackend
-
-        return OnnxBackend(model_dir, spec, threads, cpu_graph="int8")
+        return checked(model_dir, spec, threads)
     if name == "torch":
         from .torch_backend import TorchBackend
 
@@ -64,3 +67,46 @@ def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int
         # The int8 graph has CPU kernels only: asking for it means the CPU even where a GPU is.
         return OnnxBackend(model_dir, spec, threads, cpu_graph="int8" if name == "onnx-int8" else "fp32", cuda=name == "onnx")
     raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")
+
+
+def checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> Backend:
+    """The device's fast ONNX graph if it passes the self-check against fp32 here, else fp32.
+
+    On a CPU the int8 graph's kernels are picked from the CPU's flags (``models.cpu``); where they
+    say u8×s8 is exact but the check disagrees (flags and ``cpuid`` can differ: qemu, some
+    hypervisors), the u8×u8 kernels, exact on every x86 class, are checked next.
+    """
+    from ..selfcheck import PROBE_TEXTS, self_check
+    from ..tokenization import TextTokenizer
+    from .onnx_backend import SIGNED, OnnxBackend
+
+    reference = OnnxBackend(model_dir, spec, threads, cpu_graph="fp32", cuda=False)
+    probe = [encoded.ids for encoded in TextTokenizer(model_dir, spec.max_length).encode(PROBE_TEXTS)]
+    fast = OnnxBackend(model_dir, spec, threads, cpu_graph="int8")
+    fast.fidelity = self_check(fast, reference, spec, probe)
+    if not fast.fidelity.passed and fast.precision == SIGNED:
+        missed(fast, "trying uint8 weights (u8×u8 kernels)")
+        fast = OnnxBackend(model_dir, spec, threads, cpu_graph="int8", unsigned=True)
+        fast.fidelity = self_check(fast, reference, spec, probe)
+    if fast.fidelity.passed:
+        return fast
+    missed(fast, "serving fp32 ONNX instead")
+    reference.fidelity = fast.fidelity
+    return reference
+
+
+def missed(backend: Backend, then: str) -> None:
+    """One warning line: what missed the gates here, by how much, on which CPU, and what is next."""
+    from ..cpu import describe
+
+    f = backend.fidelity
+    logger.warning(
+        "%s %s misses the accuracy gates on this machine (min cosine %.4f, mean %.5f to fp32 over %d probe texts; CPU: %s): %s",
+        backend.name,
+        backend.precision,
+        f.min_cosine,
+        f.mean_cosine,
+        f.probe_texts,
+        describe(),
+        then,
+    )

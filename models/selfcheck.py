@@ -1,0 +1,108 @@
+"""The start-up self-check: a fast graph held to the fp32 graph on the machine that will serve it.
+
+int8 kernels (and fp16 on a GPU) differ by CPU class, not just speed (``models.cpu``): a recipe
+that passes the gates where it was measured can serve wrong vectors elsewhere. So before ``auto``
+serves a fast graph, it runs a small built-in probe set through it and through the fp32 graph
+(both stored with the model), and serves the fast one only if it is within the
+gates of ``tests/test_onnx.py``: min cosine 0.99, mean 0.998.
+
+What is compared: embeddings row by row (cosine); a classifier's logits centred per text (the
+softmax ignores a shift), or, for one logit (rerankers: what counts is the order it gives), the
+centred logits of the whole probe set as one vector (their correlation).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .inference import run_batch
+from .spec import ModelSpec
+
+# Where int8 errors show first (1-3 tokens, code, digits, accents, emoji; "?" is the text that
+# ONNX Runtime's saturating u8×s8 kernels on AVX2 got most wrong, cosine 0.873), mixed 1:3 with
+# ordinary sentences as the gate texts of tests/test_onnx.py mix them (27 hard in 267), so that
+# the mean gate means what it means there.
+HARD_TEXTS = (
+    "?",
+    "ok",
+    "42",
+    "🙂",
+    "x = f(y) + 3;",
+    "SELECT id FROM users WHERE age > 30;",
+    "2026-11-30 23:59 UTC",
+    "Ça coûte 12,50 € déjà vu",
+)
+SENTENCES = (
+    "How do I reset my password?",
+    "The train to Lyon leaves at nine from platform four.",
+    "Our quarterly revenue grew by twelve percent.",
+    "She plays the violin in a small jazz band on Fridays.",
+    "Add the garlic and simmer the soup for ten minutes.",
+    "The striker scored twice before half time.",
+    "Heavy rain and strong winds are expected tonight.",
+    "The patient was given antibiotics for the infection.",
+    "Please send me the invoice for last month.",
+    "A telescope on the mountain photographed the comet.",
+    "The new compiler release fixes a memory leak in the parser.",
+    "Water the tomatoes every morning during the heatwave.",
+    "Parliament will vote on the budget next week.",
+    "My flight was delayed and my luggage is lost.",
+    "The kitten sleeps on the sofa all afternoon.",
+    "Interest rates rose again, and mortgages got more expensive.",
+    "Can you recommend a quiet hotel near the beach?",
+    "The database migration finished without errors overnight.",
+    "I loved the film, but the ending was far too long.",
+    "Customers reported slower answers after the cache was cleared.",
+    "The museum opens at ten and closes at six on weekdays.",
+    "He fixed the bug by checking the length before the copy.",
+    "Notes on the quarterly review: revenue grew, costs fell, and the team shipped the new search engine two "
+    "weeks early, although the migration of the old index took longer than planned.",
+    "Symptoms include fever, a dry cough and tiredness for several days.",
+)
+PROBE_TEXTS = HARD_TEXTS + SENTENCES
+MIN_COSINE = 0.99
+MEAN_COSINE = 0.998
+PROBE_TOKEN_BUDGET = 2048
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """How close a fast graph came to fp32 on the probe set, here, and whether that passes."""
+
+    min_cosine: float
+    mean_cosine: float
+    probe_texts: int
+    seconds: float  # the check itself: both graphs over the probe set
+
+    @property
+    def passed(self) -> bool:
+        return self.min_cosine >= MIN_COSINE and self.mean_cosine >= MEAN_COSINE
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "passed": self.passed, "gates": {"min_cosine": MIN_COSINE, "mean_cosine": MEAN_COSINE}}
+
+
+def agreement(candidate: np.ndarray, reference: np.ndarray, spec: ModelSpec) -> np.ndarray:
+    """The cosines the gates are read from (the module's docstring says what is compared)."""
+    if spec.task == "classify" and candidate.shape[1] == 1:
+        candidate, reference = (rows.T - rows.mean() for rows in (candidate, reference))  # one row: the probe set
+    elif spec.task == "classify":
+        candidate, reference = (rows - rows.mean(axis=1, keepdims=True) for rows in (candidate, reference))
+    product = (candidate * reference).sum(axis=1)
+    norms = np.linalg.norm(candidate, axis=1) * np.linalg.norm(reference, axis=1)
+    # Rows that are zero in both (a centred single logit of one text) agree; zero in one only, not.
+    return np.where(norms > 0, product / np.maximum(norms, 1e-30), np.where(product == 0, 1.0, 0.0))
+
+
+def self_check(candidate, reference, spec: ModelSpec, token_ids: list[np.ndarray]) -> Fidelity:
+    """``candidate`` against ``reference`` (both ``Backend``s) on the probe's token ids, in
+    length-sorted batches: per-token int8 and fp32 give a text the same row alone or batched."""
+    started = time.perf_counter()
+    rows = [np.stack(run_batch(backend, token_ids, spec.pad_id, PROBE_TOKEN_BUDGET)) for backend in (candidate, reference)]
+    cosines = agreement(*rows, spec)
+    return Fidelity(
+        round(float(cosines.min()), 5), round(float(cosines.mean()), 5), len(token_ids), round(time.perf_counter() - started, 3)
+    )

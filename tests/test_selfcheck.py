@@ -1,0 +1,109 @@
+"""The start-up self-check and the int8 graph for CPUs without VNNI: ``auto`` serves only what passes here.
+
+The CPU class of the machine running these tests decides which int8 kernels run (``models.cpu``);
+the tests hold for every class: the check passes the stored int8 graph where its kernels are
+exact, the u8×u8 graph passes the gates on every x86 class, and a damaged graph falls back to fp32.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import bentoml
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from models import cpu
+from models.backends import load_backend, onnx_backend
+from models.onnx_layout import INT8, onnx_dir
+from models.selfcheck import MEAN_COSINE, MIN_COSINE, Fidelity, agreement
+from models.spec import ModelSpec
+from tests.test_onnx import TEXTS, cosines, outputs
+
+
+def model_copy(tag: str, directory: Path) -> tuple[Path, ModelSpec]:
+    stored = bentoml.models.get(tag)
+    shutil.copytree(stored.path, directory)
+    return directory, ModelSpec.of(stored)
+
+
+def damage(graph: Path, matmuls: int = 3) -> None:
+    """Scales of the first ``matmuls`` int8 weight matrices scrambled (×0.2-5 per output channel)."""
+    model = onnx.load(str(graph))
+    rng = np.random.default_rng(0)
+    scales = [init for init in model.graph.initializer if init.name.endswith("_int8_w_scale")][:matmuls]
+    assert len(scales) == matmuls
+    for init in scales:
+        values = numpy_helper.to_array(init)
+        init.CopyFrom(numpy_helper.from_array((values * np.exp(rng.uniform(-1.6, 1.6, values.shape))).astype(np.float32), init.name))
+    onnx.save(model, str(graph))
+
+
+def test_auto_serves_int8_when_it_passes_here(embed_tag: str):
+    backend = load_backend("auto", bentoml.models.get(embed_tag).path, ModelSpec.of(bentoml.models.get(embed_tag)), 2)
+    assert (backend.name, backend.fidelity.passed) == ("onnx-int8", True), backend.fidelity
+    assert backend.fidelity.min_cosine >= MIN_COSINE and backend.fidelity.mean_cosine >= MEAN_COSINE
+    assert backend.precision == (onnx_backend.SIGNED if cpu.signed_int8_is_exact() else onnx_backend.UNSIGNED)
+
+
+def test_a_damaged_int8_graph_is_caught_and_fp32_served(embed_tag: str, tmp_path: Path, caplog):
+    directory, spec = model_copy(embed_tag, tmp_path / "damaged")
+    damage(onnx_dir(directory) / INT8)
+    with caplog.at_level(logging.WARNING, logger="textbento"):
+        backend = load_backend("auto", directory, spec, 2)
+    assert (backend.name, backend.precision, backend.fidelity.passed) == ("onnx", "fp32", False), backend.fidelity
+    assert backend.fidelity.min_cosine < MIN_COSINE
+    lines = [record.getMessage() for record in caplog.records if "misses the accuracy gates" in record.getMessage()]
+    assert len(lines) == (2 if cpu.signed_int8_is_exact() else 1)  # u8×s8, then u8×u8: the same damaged weights
+    assert cpu.describe() in lines[-1] and f"{backend.fidelity.min_cosine:.4f}" in lines[-1] and "serving fp32" in lines[-1]
+    # Asked for by name, the damaged graph is served as it is: the check belongs to ``auto``.
+    assert load_backend("onnx-int8", directory, spec, 2).fidelity is None
+
+
+def test_when_the_flags_promise_exact_u8s8_kernels_but_the_check_fails_uint8_weights_are_tried(embed_tag: str, monkeypatch):
+    """What qemu showed (bench/results/cpu-classes.json): /proc/cpuinfo said VNNI, cpuid said AVX2,
+    the u8×s8 kernels saturated (min cosine 0.873); here the u8×s8 check is made to fail."""
+    import models.selfcheck
+
+    check = models.selfcheck.self_check
+
+    def saturating(candidate, *args):
+        figures = check(candidate, *args)
+        return Fidelity(0.873, 0.968, figures.probe_texts, figures.seconds) if candidate.precision == onnx_backend.SIGNED else figures
+
+    monkeypatch.setattr(onnx_backend, "signed_int8_is_exact", lambda: True)
+    monkeypatch.setattr(models.selfcheck, "self_check", saturating)
+    stored = bentoml.models.get(embed_tag)
+    backend = load_backend("auto", stored.path, ModelSpec.of(stored), 2)
+    assert (backend.name, backend.precision, backend.fidelity.passed) == ("onnx-int8", onnx_backend.UNSIGNED, True)
+
+
+def test_unsigned_weights_compute_the_same_int8_arithmetic(embed_tag: str, monkeypatch):
+    """The u8×u8 graph (what a CPU without VNNI serves) passes the gates against fp32 here, and on a
+    CPU whose u8×s8 kernels are exact it equals the stored graph: the same integers, multiplied."""
+    monkeypatch.setattr(onnx_backend, "signed_int8_is_exact", lambda: False)
+    outputs.cache_clear()
+    try:
+        unsigned = outputs(embed_tag, "onnx-int8")
+    finally:
+        outputs.cache_clear()
+    monkeypatch.undo()
+    cosine = cosines(unsigned, outputs(embed_tag, "onnx"))
+    assert cosine.min() >= MIN_COSINE and cosine.mean() >= MEAN_COSINE, (cosine.min(), cosine.mean(), TEXTS[int(cosine.argmin())])
+    if cpu.signed_int8_is_exact():
+        assert cosines(unsigned, outputs(embed_tag, "onnx-int8")).min() >= 0.999999
+
+
+def test_agreement_of_classifier_logits():
+    spec = ModelSpec(task="classify", max_length=16, labels=("a", "b"))
+    logits = np.array([[1.0, -1.0], [0.2, 0.4], [3.0, 3.0]])
+    assert np.allclose(agreement(logits + 5.0, logits, spec), 1.0)  # a shift per text changes no softmax
+    assert agreement(logits[:, ::-1], logits, spec)[0] == pytest.approx(-1.0)  # the label flipped
+    reranker = ModelSpec(task="classify", max_length=16, labels=("relevant",), activation="sigmoid")
+    column = np.array([[0.5], [2.0], [-1.0]])
+    assert agreement(2 * column + 1, column, reranker) == pytest.approx([1.0])  # the same order and spacing
+    assert agreement(-column, column, reranker) == pytest.approx([-1.0])
