@@ -69,6 +69,15 @@ POOLING_MODES: dict[str, Pooling] = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
+# sentence-transformers 6 names the mode (``"pooling_mode": "cls"``) where 5 set one boolean per mode.
+POOLING_NAMES: dict[str, Pooling] = {
+    "cls": "cls",
+    "mean": "mean",
+    "max": "max",
+    "mean_sqrt_len_tokens": "mean_sqrt_len",
+    "weightedmean": "weightedmean",
+    "lasttoken": "lasttoken",
+}
 # sentence-transformers saves a Dense module's activation by its torch class's full name.
 TORCH_ACTIVATIONS: dict[str, DenseActivation] = {
     "torch.nn.modules.linear.Identity": "identity",
@@ -79,7 +88,16 @@ TORCH_ACTIVATIONS: dict[str, DenseActivation] = {
 
 
 def read_pooling(config: dict[str, Any]) -> Pooling:
-    """The one pooling mode of a sentence-transformers Pooling config; others are refused by name."""
+    """The one pooling mode of a sentence-transformers Pooling config (5.x or 6.x); others are refused by name."""
+    if "pooling_mode" in config:  # 6.x: a name, or a list of names pooled side by side
+        named = config["pooling_mode"]
+        modes = [named] if isinstance(named, str) else list(named or [])
+        if len(modes) != 1 or modes[0] not in POOLING_NAMES:
+            raise UnsupportedModel(
+                f"sentence-transformers pooling {' + '.join(map(str, modes)) or 'with no mode'} is not reproduced by textbento "
+                f"(it pools with exactly one of: {', '.join(POOLING_NAMES)})"
+            )
+        return POOLING_NAMES[modes[0]]
     modes = [key for key, value in config.items() if key.startswith("pooling_mode_") and value]
     if len(modes) != 1 or modes[0] not in POOLING_MODES:
         raise UnsupportedModel(
@@ -98,8 +116,20 @@ class SentenceTransformersSettings(NamedTuple):
     dense: tuple[tuple[str, DenseActivation, int], ...] = ()  # (module folder, activation, out_features)
 
 
+def check_on_sentence_embedding(config: dict[str, Any], path: str) -> None:
+    """sentence-transformers 6 modules name what they read and write; textbento applies Dense and
+    Normalize to the pooled sentence embedding, as 5.x always did."""
+    for key in ("module_input_name", "module_output_name"):
+        if config.get(key, "sentence_embedding") != "sentence_embedding":
+            raise UnsupportedModel(
+                f"sentence-transformers module {path!r} with {key} {config[key]!r} is not reproduced by textbento "
+                "(it applies Dense and Normalize to the pooled sentence_embedding)"
+            )
+
+
 def read_dense(model_dir: Path, path: str) -> tuple[str, DenseActivation, int]:
     config = _read_json(model_dir / path / "config.json") or {}
+    check_on_sentence_embedding(config, path)
     name = config.get("activation_function", "torch.nn.modules.activation.Tanh")
     if name not in TORCH_ACTIVATIONS:
         raise UnsupportedModel(
@@ -109,6 +139,18 @@ def read_dense(model_dir: Path, path: str) -> tuple[str, DenseActivation, int]:
     if "out_features" not in config:
         raise UnsupportedModel(f"sentence-transformers Dense module {path!r} has no config.json with out_features")
     return path, TORCH_ACTIVATIONS[name], int(config["out_features"])
+
+
+def check_transformer(config: dict[str, Any]) -> None:
+    """sentence-transformers 6 records what the Transformer module runs; textbento runs the encoder's
+    last hidden state as token embeddings (5.x's only way)."""
+    task = config.get("transformer_task", "feature-extraction")
+    output = (config.get("modality_config") or {}).get("text", {}).get("method_output_name", "last_hidden_state")
+    if task != "feature-extraction" or output != "last_hidden_state":
+        raise UnsupportedModel(
+            f"sentence-transformers Transformer module with transformer_task {task!r} and output {output!r} is not "
+            "reproduced by textbento (it serves feature-extraction from the last hidden state)"
+        )
 
 
 def read_sentence_transformers(model_dir: Path) -> SentenceTransformersSettings:
@@ -137,7 +179,11 @@ def read_sentence_transformers(model_dir: Path) -> SentenceTransformersSettings:
                 raise UnsupportedModel("sentence-transformers pooling with include_prompt: false is not reproduced by textbento")
         if kind == "Dense":
             dense.append(read_dense(model_dir, module.get("path", "")))
-        normalize = normalize or kind == "Normalize"
+        if kind == "Normalize":
+            check_on_sentence_embedding(_read_json(model_dir / module.get("path", "") / "config.json") or {}, module.get("path", ""))
+            normalize = True
+        if kind == "Transformer":
+            check_transformer(_read_json(model_dir / module.get("path", "") / "sentence_bert_config.json") or {})
     settings = _read_json(model_dir / "config_sentence_transformers.json") or {}
     sbert_config = _read_json(model_dir / "sentence_bert_config.json") or {}
     prompts = {str(name): str(text) for name, text in (settings.get("prompts") or {}).items()}

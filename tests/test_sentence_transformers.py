@@ -2,18 +2,26 @@
 
 Small random-weight pipelines built with sentence-transformers itself (every pooling mode, a Dense
 module, Normalize), saved, imported through the store and run by the ONNX backend, against
-``SentenceTransformer.encode`` on the same files; and the embedded all-MiniLM-L6-v2 served by
+``SentenceTransformer.encode`` on the same files, also with the files as sentence-transformers 6
+writes them; and the embedded all-MiniLM-L6-v2 served by
 default against the library within the int8 gates.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
+import bentoml
 import numpy as np
 import pytest
 import torch
 from sentence_transformers import SentenceTransformer, models
 from transformers import AutoTokenizer, BertConfig, BertModel
 
+from models.detection import UnsupportedModel, read_sentence_transformers
+from models.spec import ModelSpec
 from models.store import default_model_dir, import_model
 from tests.reference import backend_outputs
 from tests.test_onnx import HARD_TEXTS, cosines
@@ -69,3 +77,45 @@ def test_the_default_model_stays_within_the_gates_of_the_library(embed_tag):
     expected = SentenceTransformer(str(default_model_dir()), device="cpu").encode(HARD_TEXTS, convert_to_numpy=True)
     assert np.abs(backend_outputs(embed_tag, "onnx", HARD_TEXTS) - expected).max() <= 1e-5
     assert cosines(backend_outputs(embed_tag, "auto", HARD_TEXTS), expected).min() >= 0.99
+
+
+SENTENCE_TRANSFORMERS_6 = Path(__file__).parent / "fixtures" / "sentence_transformers_6"
+
+
+def as_written_by_6(directory: Path) -> None:
+    """The configuration files of ``directory`` replaced by those sentence-transformers 6.2 wrote for
+    the same pipeline (``fixtures/sentence_transformers_6/make.py``): modules by new class paths,
+    pooling by name, ``module_input_name`` on Dense and Normalize, the length limit in the tokenizer."""
+    for path in SENTENCE_TRANSFORMERS_6.rglob("*.json"):
+        shutil.copy(path, directory / path.relative_to(SENTENCE_TRANSFORMERS_6))
+
+
+def test_a_pipeline_saved_by_sentence_transformers_6_is_served_as_the_library_encodes(tiny_bert, tmp_path):
+    model = pipeline(tiny_bert, tmp_path / "st", "cls", dense=True)
+    as_written_by_6(tmp_path / "st")
+    assert '"pooling_mode": "cls"' in (tmp_path / "st" / "1_Pooling" / "config.json").read_text()
+    tag = import_model(tmp_path / "st", name="st6-cls-dense")
+    spec = ModelSpec.of(bentoml.models.get(tag))
+    assert (spec.pooling, spec.dense, spec.normalize, spec.dimensions, spec.max_length) == ("cls", ("tanh",), True, 16, 64)
+    expected = model.encode(TEXTS, convert_to_numpy=True)
+    for backend in ("onnx", "torch"):
+        assert np.abs(backend_outputs(str(tag), backend, TEXTS) - expected).max() <= 1e-5, backend
+
+
+@pytest.mark.parametrize(
+    "file, change, refused",
+    [
+        ("1_Pooling/config.json", {"pooling_mode": ["cls", "mean"]}, "pooling cls \\+ mean"),
+        ("1_Pooling/config.json", {"pooling_mode": "attention"}, "pooling attention"),
+        ("2_Dense/config.json", {"module_input_name": "token_embeddings"}, "module_input_name 'token_embeddings'"),
+        ("3_Normalize/config.json", {"module_output_name": "token_embeddings"}, "module_output_name 'token_embeddings'"),
+        ("sentence_bert_config.json", {"transformer_task": "fill-mask"}, "transformer_task 'fill-mask'"),
+    ],
+)
+def test_what_sentence_transformers_6_computes_differently_is_refused_by_name(tiny_bert, tmp_path, file, change, refused):
+    pipeline(tiny_bert, tmp_path / "st", "cls", dense=True)
+    as_written_by_6(tmp_path / "st")
+    config = json.loads((tmp_path / "st" / file).read_text())
+    (tmp_path / "st" / file).write_text(json.dumps({**config, **change}))
+    with pytest.raises(UnsupportedModel, match=refused):
+        read_sentence_transformers(tmp_path / "st")
