@@ -81,6 +81,13 @@ class Encoder:
 
     def __init__(self) -> None:
         self.spec = ModelSpec.of(self.model)
+        if self.spec.max_length > settings.token_budget:  # decoders: up to 32,768 tokens unless imported with --max-length
+            logger.warning(
+                "the model reads up to %d tokens per text, past TEXTBENTO_TOKEN_BUDGET (%d): a text that long runs alone, "
+                "in a pass of its own length; import it with --max-length to bound that",
+                self.spec.max_length,
+                settings.token_budget,
+            )
         self.thread = InferenceThread()
         # ``auto`` holds its fast graph to fp32 here first, and serves fp32 if it misses the gates.
         self.backend = self.thread.call(load_backend, settings.backend, self.model.path, self.spec, settings.runner_threads)

@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import numpy as np
 
 from bench import write_result
 from bench.load import closed_loop
-from bench.serving import ROOT, free_port, serve
+from bench.serving import ROOT, free_port, serve, stop_group
 from bench.topology import short_texts
 
 PEER = "infinity-emb 0.0.78 (optimum engine, ONNX Runtime int8 per-channel)"
@@ -111,13 +110,7 @@ def infinity(model_dir: Path) -> Iterator[str]:
                 time.sleep(0.5)
         yield url
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_group(process)
         log.close()
 
 

@@ -78,6 +78,18 @@ def private_home(store_home: str) -> str:
     return home
 
 
+def stop_group(process: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGTERM to the process group a server was started in (``start_new_session``), SIGKILL after ``grace_s``."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 @contextmanager
 def serve(
     target: str = "service:TextBento",
@@ -120,13 +132,8 @@ def serve(
                     raise
         yield Server(base_url, process)
     finally:
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        if process is not None:
+            stop_group(process)
         if log_path:
             log.close()
         shutil.rmtree(home, ignore_errors=True)

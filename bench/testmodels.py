@@ -1,6 +1,8 @@
-"""DistilBERT-SST2-shaped classifiers built offline: random (seeded) weights, the uncased BERT vocab.
+"""Models built offline for tests and benchmarks: random (seeded) weights, real shapes.
 
-Right for parity tests and benchmarks (same shapes, same cost as the real model), not for accuracy.
+DistilBERT-SST2-shaped classifiers and small BERTs with the uncased BERT vocab; decoders (Qwen3,
+Llama, ...) of any shape with a byte-level BPE tokenizer trained on the spot. Right for parity tests
+and benchmarks (same shapes, same cost as the real model), not for accuracy.
 """
 
 from __future__ import annotations
@@ -48,4 +50,45 @@ def build_classifier(directory: Path, size: str = "small") -> Path:
     config = DistilBertConfig(id2label=LABELS, label2id={v: k for k, v in LABELS.items()}, **SIZES[size])
     DistilBertForSequenceClassification(config).save_pretrained(directory)
     DistilBertTokenizerFast.from_pretrained(str(default_model_dir()), model_max_length=512).save_pretrained(directory)
+    return directory
+
+
+EOS = "<|endoftext|>"
+
+
+def build_decoder_tokenizer(directory: Path, corpus: list[str], vocab_size: int = 400) -> Path:
+    """A byte-level BPE (Qwen's kind) trained on ``corpus``, saved as a Qwen2 fast tokenizer.
+
+    Its post-processor appends the EOS to every text and to both texts of a pair, as
+    Qwen3-Embedding's does, and the EOS is its pad token too, as there. It sets no length limit:
+    the model's position table does.
+    """
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
+    from tokenizers.models import BPE
+    from tokenizers.trainers import BpeTrainer
+    from transformers import Qwen2TokenizerFast
+
+    tokenizer = Tokenizer(BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS, "<|im_end|>"], initial_alphabet=alphabet, show_progress=False)
+    tokenizer.train_from_iterator(corpus, trainer)
+    append_eos = processors.TemplateProcessing(
+        single=f"$A:0 {EOS}:0", pair=f"$A:0 {EOS}:0 $B:1 {EOS}:1", special_tokens=[(EOS, tokenizer.token_to_id(EOS))]
+    )
+    tokenizer.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=False), append_eos])
+    Qwen2TokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, pad_token=EOS, unk_token=None, bos_token=None).save_pretrained(directory)
+    return directory
+
+
+def build_decoder(directory: Path, tokenizer_dir: Path, config, model_class=None) -> Path:
+    """A model of ``config`` (``AutoModel``'s class, or ``model_class``) with random weights drawn from
+    seed 0, and the tokenizer in ``tokenizer_dir``, saved with ``save_pretrained`` into ``directory``."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    torch.manual_seed(0)
+    (model_class or AutoModel).from_config(config).eval().save_pretrained(directory)
+    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(directory)
     return directory

@@ -1,8 +1,14 @@
 """Works out a ``ModelSpec`` from a Hugging Face ``save_pretrained`` directory (import time only).
 
-Sequence classifiers are recognised by their architecture; any other encoder is served as an
-embedder, with pooling, normalisation and length limit taken from the sentence-transformers
+Encoders (BERT, ...) and decoder-only models (Qwen, Llama, Mistral, ...) are served; encoder-decoder
+models are not. Sequence classifiers are recognised by their architecture; any other model is served
+as an embedder, with pooling, normalisation and length limit taken from the sentence-transformers
 files when the directory has them (mean pooling otherwise).
+
+Decoders need nothing of their own at serving time: textbento pads on the right, so with causal
+attention and position ids counted from 0 in every row (transformers' default: from the cache
+position, not the mask), a real token's hidden state is the same as unpadded, and the last real
+token of a row is the one the mask says (``models.postprocess``).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from transformers import PretrainedConfig
-from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from .spec import Activation, DenseActivation, ModelSpec, Pooling, Task
 
@@ -21,19 +27,33 @@ class UnsupportedModel(ValueError):
     """The directory holds something textbento cannot serve; the message says what and why."""
 
 
+def is_decoder(config: PretrainedConfig) -> bool:
+    """Decoder-only: a causal language model's architecture in transformers (or built as a decoder), no encoder.
+
+    BERT-likes also have a causal-LM head in transformers; they count as encoders unless built as decoders.
+    """
+    if config.is_encoder_decoder:
+        return False
+    causal_only = config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    return bool(config.is_decoder) or causal_only
+
+
 def detect_task(config: PretrainedConfig, override: str = "auto") -> Task:
-    """``classify`` for ``*ForSequenceClassification`` architectures, ``embed`` for other encoders."""
-    if config.is_encoder_decoder or config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
-        architectures = ", ".join(config.architectures or [config.model_type])
+    """``classify`` for ``*ForSequenceClassification`` architectures, ``embed`` for other encoders and decoders."""
+    architectures = ", ".join(config.architectures or [config.model_type])
+    if config.is_encoder_decoder:
         raise UnsupportedModel(
-            f"unsupported architecture {architectures} (model_type {config.model_type!r}): "
-            "textbento serves encoder-only models (BERT, DistilBERT, RoBERTa, MPNet, ...), "
-            "not decoder-only or encoder-decoder language models"
+            f"unsupported architecture {architectures} (model_type {config.model_type!r}): an encoder-decoder model; "
+            "textbento serves encoder-only (BERT, ...) and decoder-only (Qwen, Llama, ...) models"
+        )
+    if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not is_decoder(config):
+        raise UnsupportedModel(
+            f"unsupported architecture {architectures} (model_type {config.model_type!r}): not a text encoder or decoder "
+            "textbento knows (it serves models with a masked- or causal-LM architecture in transformers)"
         )
     if override != "auto":
         return override  # type: ignore[return-value]
-    architectures = config.architectures or []
-    if any(name.endswith("ForSequenceClassification") for name in architectures):
+    if any(name.endswith("ForSequenceClassification") for name in config.architectures or []):
         return "classify"
     return "embed"
 
@@ -192,25 +212,54 @@ def read_sentence_transformers(model_dir: Path) -> SentenceTransformersSettings:
     )
 
 
-def model_max_length(config: PretrainedConfig, tokenizer_limit: int) -> int:
-    """The tokenizer's limit, unless it is a placeholder larger than the position table."""
+def model_max_length(config: PretrainedConfig, tokenizer_limit: int, chosen: int | None = None) -> int:
+    """The tokenizer's limit, unless it is a placeholder larger than the position table; ``chosen``
+    (the import's ``--max-length``) below that, never past it."""
     positions = getattr(config, "max_position_embeddings", None) or 512
-    return min(tokenizer_limit, positions)
+    limit = min(tokenizer_limit, positions)
+    if chosen is not None and chosen > limit:
+        raise UnsupportedModel(f"--max-length {chosen} is past the model's limit of {limit} tokens")
+    return limit if chosen is None else chosen
+
+
+def read_pad_id(config: PretrainedConfig, task: Task, pad: int | None, eos: int | None) -> int:
+    """The id textbento pads rows with; only a decoder classifier cares which.
+
+    transformers scores a decoder's ``*ForSequenceClassification`` at each row's last id that is not
+    ``config.pad_token_id`` (Qwen3, Llama, Mistral alike), and refuses batches without one: rows are
+    padded with that id, which the import sets from the tokenizer's pad token, else its EOS, when the
+    config has none (as one does to batch them with transformers).
+    """
+    if task != "classify" or not is_decoder(config):
+        return pad or 0
+    chosen = next((token for token in (config.pad_token_id, pad, eos) if token is not None), None)
+    if chosen is None:
+        raise UnsupportedModel(
+            "a decoder classifier needs a pad token to find each row's last token, "
+            "and neither its config nor its tokenizer has a pad or EOS token"
+        )
+    return chosen
 
 
 def detect_spec(
     model_dir: Path,
     config: PretrainedConfig,
     tokenizer_limit: int,
-    pad_id: int,
+    pad_id: int | None,
     *,
+    eos_id: int | None = None,
     task: str = "auto",
+    max_length: int | None = None,
     source: str = "",
     revision: str | None = None,
 ) -> ModelSpec:
-    """The full spec of the model in ``model_dir``; raises ``UnsupportedModel`` with a reason."""
+    """The full spec of the model in ``model_dir``; raises ``UnsupportedModel`` with a reason.
+
+    ``pad_id``, ``eos_id``: the tokenizer's; ``max_length``: the import's choice, within the model's limit.
+    """
     detected = detect_task(config, task)
-    max_length = model_max_length(config, tokenizer_limit)
+    limit = model_max_length(config, tokenizer_limit, max_length)
+    pad_id = read_pad_id(config, detected, pad_id, eos_id)
     common: dict[str, Any] = {"task": detected, "pad_id": pad_id, "source": source, "revision": revision}
     if detected == "classify":
         if task == "classify" and not any(name.endswith("ForSequenceClassification") for name in config.architectures or []):
@@ -220,11 +269,11 @@ def detect_spec(
             )
         token_types = getattr(config, "type_vocab_size", 1) > 1
         return ModelSpec(
-            max_length=max_length, labels=read_labels(config), activation=read_activation(config), token_types=token_types, **common
+            max_length=limit, labels=read_labels(config), activation=read_activation(config), token_types=token_types, **common
         )
     pipeline = read_sentence_transformers(model_dir)
     return ModelSpec(
-        max_length=min(pipeline.max_seq_length or max_length, max_length),
+        max_length=limit if max_length else min(pipeline.max_seq_length or limit, limit),  # the import's choice first
         pooling=pipeline.pooling,
         normalize=pipeline.normalize,
         dimensions=pipeline.dense[-1][2] if pipeline.dense else config.hidden_size,

@@ -10,13 +10,20 @@ dynamic) and has one output: ``logits`` ``[batch, labels]`` for classifiers, ``l
 pools for every backend; measured on all-MiniLM-L6-v2 it costs 0.3-0.6% of the forward pass
 (0.02 of 3.2 ms for one short text, 0.7 of 221 ms for 64), and pooling inside the graph was
 within noise of it.
+
+The fp32 graph is held to the model on inputs of other shapes than the export's example before the
+others are made from it (``check_traced``); decoders' masks are traced without ``torch.vmap``
+(``broadcast_mask``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification
@@ -48,6 +55,45 @@ class SingleOutput(torch.nn.Module):
         return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask, **types), self.output)
 
 
+def broadcast_mask(
+    batch_size: int,
+    cache_position: torch.Tensor,
+    kv_length: int,
+    kv_offset: int = 0,
+    mask_function: Callable | None = None,
+    attention_mask: torch.Tensor | None = None,
+    **_: object,
+) -> torch.Tensor:
+    """transformers' boolean ``[batch, 1, query, key]`` attention mask (``masking_utils.sdpa_mask``) without ``torch.vmap``.
+
+    Decoders (Qwen3, Llama, Mistral, ... in transformers 4.57) build their causal and padding mask by
+    vmapping an elementwise mask function over index grids, which the TorchScript tracer cannot follow
+    (``RuntimeError: unordered_map::at``). The functions are elementwise (``kv <= q``, ``padding[b, kv]``,
+    sliding windows), so calling them once on broadcast index grids computes the same mask, as traced ops.
+    """
+    from transformers.masking_utils import and_masks, causal_mask_function, padding_mask_function, prepare_padding_mask
+
+    mask_function = mask_function or causal_mask_function
+    padding = prepare_padding_mask(attention_mask, kv_length, kv_offset, _slice=False)
+    if padding is not None:
+        mask_function = and_masks(mask_function, padding_mask_function(padding))
+    device = cache_position.device
+    batch = torch.arange(batch_size, device=device)[:, None, None, None]
+    head = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
+    query = cache_position[None, None, :, None]
+    key = (torch.arange(kv_length, device=device) + kv_offset)[None, None, None, :]
+    return mask_function(batch, head, query, key).expand(batch_size, 1, cache_position.shape[0], kv_length)
+
+
+@contextlib.contextmanager
+def traceable_masks() -> Iterator[None]:
+    """transformers' masks built by ``broadcast_mask`` while exporting (eager attention's mask calls ``sdpa_mask``)."""
+    from transformers import masking_utils
+
+    with mock.patch.object(masking_utils, "sdpa_mask", broadcast_mask):
+        yield
+
+
 def output_name(spec: ModelSpec) -> str:
     """The graph's one output: what the backends post-process for this task."""
     return "logits" if spec.task == "classify" else "last_hidden_state"
@@ -64,6 +110,7 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
     """
     model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
     model = model_class.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
+    model.config.use_cache = False  # a decoder's key/value cache is for generation: not an output here
     # Distinct example tensors, one row padded, so that the mask is really used.
     input_ids = torch.arange(100, 116, dtype=torch.int64).reshape(2, 8)
     attention_mask = torch.ones(2, 8, dtype=torch.int64)
@@ -74,10 +121,12 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
     if spec.task == "classify":
         axes[output_name(spec)] = {0: "batch"}
     target.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings(), torch.no_grad():
+    # In eval mode for good: the exporter puts a module back in the mode it found it in, dropout included.
+    module = SingleOutput(model, output_name(spec)).eval()
+    with warnings.catch_warnings(), torch.no_grad(), traceable_masks():
         warnings.simplefilter("ignore")  # export-time deprecation chatter from torch and transformers
         torch.onnx.export(
-            SingleOutput(model, output_name(spec)),
+            module,
             examples,
             str(target),
             dynamo=False,
@@ -86,7 +135,49 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
             dynamic_axes=axes,
             opset_version=17,
         )
+    check_traced(module, target, spec)
     return target
+
+
+class UntraceableModel(RuntimeError):
+    """The exported graph computes something else than the model on inputs of another shape."""
+
+
+def check_traced(module: SingleOutput, graph: Path, spec: ModelSpec) -> None:
+    """The graph at ``graph`` held to the model on batches of other shapes than the export's example.
+
+    The tracer records one run: a path that depends on the data exports without an error and then
+    fails or differs on other inputs (a Qwen3-MoE's expert routing: the loop over the experts the
+    example reached is unrolled, so one token, which reaches fewer, fails in a ``Split``). Compared
+    on the real tokens, relative to the output's scale: a padded batch of three and one token alone.
+    """
+    import numpy as np
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # a graph that fails here is reported once, by the import, not logged by ONNX Runtime too
+    session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    input_ids = (torch.arange(33, dtype=torch.int64).reshape(3, 11) * 7 + 3) % module.model.get_input_embeddings().num_embeddings
+    attention_mask = torch.ones(3, 11, dtype=torch.int64)
+    attention_mask[1, 4:] = 0
+    attention_mask[2, 9:] = 0
+    for ids, mask in ((input_ids, attention_mask), (input_ids[:1, :1], attention_mask[:1, :1])):
+        feed = {"input_ids": ids, "attention_mask": mask, **({TOKEN_TYPES: ids % 2} if spec.token_types else {})}
+        with torch.no_grad():
+            expected = module(**feed).numpy()
+        try:
+            exported = session.run(None, {name: tensor.numpy() for name, tensor in feed.items()})[0]
+        except Exception as error:  # ONNX Runtime raises its own types (InvalidArgument, Fail, ...)
+            raise UntraceableModel(
+                f"the traced graph fails on a batch of shape {tuple(ids.shape)}: the model takes a path that depends on its input"
+            ) from error
+        real = slice(None) if spec.task == "classify" else mask.numpy() == 1
+        error = np.abs(exported - expected)[real].max() / max(np.abs(expected[real]).max(), 1.0)
+        if error > 1e-3:
+            raise UntraceableModel(
+                f"the traced graph differs from the model on a batch of shape {tuple(ids.shape)} (relative error {error:.2g}): "
+                "the model takes a path that depends on its input"
+            )
 
 
 def export_model(model_dir: str | Path, spec: ModelSpec) -> list[Path]:

@@ -22,7 +22,7 @@ from typing import Any
 import bentoml
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-from .detection import UnsupportedModel, detect_spec, detect_task, read_sentence_transformers
+from .detection import UnsupportedModel, detect_spec, detect_task, is_decoder, read_sentence_transformers
 from .postprocess import DENSE_FILE
 from .spec import ModelSpec
 
@@ -78,11 +78,13 @@ def import_model(
     source: str = "",
     revision: str | None = None,
     onnx: bool = True,
+    max_length: int | None = None,
     training: dict[str, Any] | None = None,
 ) -> bentoml.Tag:
     """Saves the model in ``model_dir`` into the store; raises ``UnsupportedModel`` with the reason.
 
     With ``onnx`` (the default), the ONNX graphs of ``models.export`` are saved with it;
+    ``max_length`` (tokens per text) replaces the model's own limit when lower;
     ``training``, the record of the fine-tuning run that made the model, goes into its metadata.
     """
     if not model_dir.is_dir():
@@ -103,30 +105,48 @@ def import_model(
         model_dir,
         config,
         tokenizer.model_max_length,
-        tokenizer.pad_token_id or 0,
+        tokenizer.pad_token_id,
+        eos_id=tokenizer.eos_token_id,
         task=task,
+        max_length=max_length,
         source=source or str(model_dir),
         revision=revision,
     )
     model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
     progress.info("loading %s (%s)", source, spec.task)
     model = model_class.from_pretrained(str(model_dir))
+    if spec.task == "classify" and is_decoder(config):
+        # Stored with the pad id it finds each row's last token by (``detection.read_pad_id``).
+        model.config.pad_token_id = spec.pad_id
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(spec.pad_id)
     metadata = {**spec.to_metadata(), "versions": library_versions(), **({"training": training} if training else {})}
-    with bentoml.models.create(
-        name,
-        labels={"task": spec.task, "framework": "transformers"},
-        metadata=_with_onnx(metadata) if onnx else metadata,
-    ) as stored:
+    with bentoml.models.create(name, labels={"task": spec.task, "framework": "transformers"}, metadata=metadata) as stored:
         progress.info("saving to the store as %s", stored.tag)
         model.save_pretrained(stored.path)
         tokenizer.save_pretrained(stored.path)
         if spec.dense:
             save_dense(model_dir, Path(stored.path))
         if onnx:
-            from .export import export_model  # the exporter (onnx, onnxscript) only when asked for
-
-            export_model(stored.path, spec)
+            # The store writes the metadata when the context closes: what the export did goes in with it.
+            stored.info.metadata.update(try_export(stored.path, spec, ", ".join(config.architectures or [config.model_type])))
     return stored.tag
+
+
+def try_export(model_dir: str, spec: ModelSpec, architecture: str) -> dict[str, Any]:
+    """The ONNX graphs in ``model_dir`` and their record in the metadata; where the exporter cannot
+    trace an architecture, none (torch serves the model), said in one line."""
+    from .export import export_model  # the exporter (onnx, onnxscript) only when asked for
+    from .onnx_layout import onnx_dir
+
+    try:
+        export_model(model_dir, spec)
+    except Exception as error:  # the exporter and quantizer fail in many ways on graphs they cannot handle
+        shutil.rmtree(onnx_dir(model_dir), ignore_errors=True)
+        reason = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
+        progress.warning("ONNX export of %s failed (%s): stored without ONNX graphs, the torch backend serves it", architecture, reason)
+        return {"onnx": False, "onnx_error": reason}
+    return _with_onnx({})
 
 
 def save_dense(model_dir: Path, target: Path) -> None:

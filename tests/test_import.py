@@ -5,7 +5,7 @@ import shutil
 
 import bentoml
 import pytest
-from transformers import BertConfig, DistilBertConfig, GPT2Config, T5Config
+from transformers import BartConfig, BertConfig, DistilBertConfig, GPT2Config, LlamaConfig, Qwen3Config, T5Config
 
 from models.detection import UnsupportedModel, detect_task, read_sentence_transformers
 from models.spec import ModelSpec
@@ -20,9 +20,15 @@ def test_detects_classifier_and_encoder_tasks():
     assert detect_task(DistilBertConfig(architectures=["DistilBertForSequenceClassification"]), "embed") == "embed"
 
 
-@pytest.mark.parametrize("config", [GPT2Config(architectures=["GPT2LMHeadModel"]), T5Config()])
-def test_rejects_decoder_only_and_encoder_decoder(config):
-    with pytest.raises(UnsupportedModel, match="unsupported architecture"):
+def test_detects_decoder_only_tasks():
+    assert detect_task(Qwen3Config(architectures=["Qwen3Model"])) == "embed"
+    assert detect_task(GPT2Config(architectures=["GPT2LMHeadModel"])) == "embed"
+    assert detect_task(LlamaConfig(architectures=["LlamaForSequenceClassification"])) == "classify"
+
+
+@pytest.mark.parametrize("config", [T5Config(architectures=["T5ForConditionalGeneration"]), BartConfig(architectures=["BartModel"])])
+def test_rejects_encoder_decoder(config):
+    with pytest.raises(UnsupportedModel, match="unsupported architecture .*: an encoder-decoder model"):
         detect_task(config)
 
 
@@ -111,9 +117,9 @@ def _bad_dirs(tmp_path, classifier_dir):
     not_a_model.mkdir()
     (not_a_model / "notes.txt").write_text("hello")
 
-    decoder = tmp_path / "decoder"
-    decoder.mkdir()
-    (decoder / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    encoder_decoder = tmp_path / "encoder-decoder"
+    encoder_decoder.mkdir()
+    (encoder_decoder / "config.json").write_text(json.dumps({"model_type": "t5", "architectures": ["T5ForConditionalGeneration"]}))
 
     no_tokenizer = tmp_path / "no-tokenizer"
     no_tokenizer.mkdir()
@@ -122,7 +128,7 @@ def _bad_dirs(tmp_path, classifier_dir):
     return {
         "no such directory": tmp_path / "missing",
         "not a transformers model": not_a_model,
-        "unsupported architecture": decoder,
+        "unsupported architecture": encoder_decoder,
         "no usable tokenizer": no_tokenizer,
     }
 
@@ -134,6 +140,15 @@ def test_bad_inputs_fail_cleanly(tmp_path, classifier_dir, capsys, embed_tag):
         err = capsys.readouterr().err.strip()
         assert expected in err, err
         assert "\n" not in err and "Traceback" not in err
+    assert _store_size() == before
+
+
+def test_max_length_is_set_at_import_within_the_models_limit(capsys):
+    assert main(["--name", "minilm-128", "--max-length", "128", "--no-onnx"]) == 0
+    assert ModelSpec.of(bentoml.models.get(capsys.readouterr().out.strip())).max_length == 128  # sentence-transformers' 256 otherwise
+    before = _store_size()
+    assert main(["--name", "bad", "--max-length", "1000", "--no-onnx"]) == 1
+    assert capsys.readouterr().err.strip() == "import failed: --max-length 1000 is past the model's limit of 512 tokens"
     assert _store_size() == before
 
 

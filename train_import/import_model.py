@@ -4,6 +4,7 @@
     python -m train_import.import_model --model-id distilbert/distilbert-base-uncased-finetuned-sst-2-english
     python -m train_import.import_model --path ./my-model --name my-model --task embed
     python -m train_import.import_model --no-onnx                         # without ONNX graphs (torch only)
+    python -m train_import.import_model --model-id Qwen/Qwen3-Embedding-0.6B --name qwen3 --max-length 512
 
 Prints the new tag on success; one line on stderr and exit status 1 on failure.
 """
@@ -35,6 +36,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=True,
         help="save ONNX graphs (fp32, int8, fp16) for the onnx backends the service picks by default (default: yes)",
     )
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        help="most tokens per text, longer texts are cut (default: the model's limit, e.g. sentence-transformers' "
+        "max_seq_length or its position table, 32,768 for some decoders; a text that long runs alone in one pass)",
+    )
     args = parser.parse_args(argv)
     if args.revision and not args.model_id:
         parser.error("--revision needs --model-id")
@@ -50,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             model_dir = args.path or default_model_dir()
             source = str(args.path) if args.path else "sentence-transformers/all-MiniLM-L6-v2"
-        return import_model(model_dir, name=args.name, task=args.task, source=source, revision=args.revision, onnx=args.onnx)
+        return import_model(
+            model_dir, name=args.name, task=args.task, source=source, revision=args.revision, onnx=args.onnx, max_length=args.max_length
+        )
 
     return report("import", run, (UnsupportedModel, OSError, ValueError))
 

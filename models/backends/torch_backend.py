@@ -29,6 +29,7 @@ class TorchBackend:
         dtype = torch.float16 if self.device == "cuda" else torch.float32
         self.precision = "fp16" if self.device == "cuda" else "fp32"
         self.model = model_class.from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
+        self.model.config.use_cache = False  # a decoder would keep every pass's keys and values, for generation
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         input_ids, token_type_ids = split_segments(input_ids)
