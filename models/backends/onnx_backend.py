@@ -60,7 +60,7 @@ def unsigned_int8_graph(path: Path) -> bytes:
 class OnnxBackend:
     """A stored model's ONNX graph in an ONNX Runtime session, loaded once per runner process.
 
-    With ``cuda``, the fp16 graph runs on the GPU when one is usable; otherwise ``cpu_graph``
+    With ``cuda``, ``cuda_graph`` (``fp16``, or ``fp32``) runs on the GPU when one is usable; otherwise ``cpu_graph``
     (``fp32`` or ``int8``) runs on the CPU, int8 with uint8 weights where ``unsigned`` (by default
     where the CPU's flags say ONNX Runtime's u8×s8 kernels saturate, ``models.cpu``). Every device runs the padded batch as one: the int8
     graph quantizes each token row on its own (``models.quantize``), so a text's result does not
@@ -76,6 +76,7 @@ class OnnxBackend:
         *,
         cpu_graph: str = "fp32",
         cuda: bool = True,
+        cuda_graph: str = "fp16",
         unsigned: bool | None = None,
     ) -> None:
         self.spec = spec
@@ -86,10 +87,10 @@ class OnnxBackend:
                 f"{directory} has no ONNX export; run: python -m train_import.export_onnx <tag> (or import without --no-onnx)"
             )
         options = session_options(threads)
-        session = cuda_session(directory / FP16, options) if cuda else None
+        session = cuda_session(directory / {"fp16": FP16, "fp32": FP32}[cuda_graph], options) if cuda else None
         self.device = "cuda" if session else "cpu"
         self.name = "onnx-int8" if self.device == "cpu" and cpu_graph == "int8" else "onnx"
-        self.precision = "fp16" if session else cpu_graph
+        self.precision = cuda_graph if session else cpu_graph
         self.fidelity = None  # set by ``auto``'s self-check (models.selfcheck)
         if session is None and cpu_graph == "int8":
             # uint8 weights where the CPU's flags say u8×s8 kernels saturate, unless told (``unsigned``)
