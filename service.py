@@ -32,6 +32,8 @@ from api.types import (
     ClassifyResponse,
     EmbeddingsRequest,
     EmbeddingsResponse,
+    EmbedSparseRequest,
+    EmbedSparseResponse,
     ModelCard,
     ModelList,
     RerankRequest,
@@ -42,7 +44,7 @@ from api.types import (
 from models.backends import load_backend
 from models.cpu import describe as describe_cpu
 from models.inference import InferenceThread, Pass, run_passes
-from models.postprocess import ranked_labels, scores, truncate_dimensions
+from models.postprocess import ranked_labels, scores, sparse_entries, truncate_dimensions
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextInput, TextTokenizer
 from serving.coalesce import Coalescer
@@ -215,6 +217,13 @@ class TextBento:
         vectors = [truncate_dimensions(vector, request.dimensions, self.spec.normalize) for vector in vectors]
         return self.answer([{"object": "embedding", "index": i, "embedding": encode(vector)} for i, vector in enumerate(vectors)], timing)
 
+    @app.post("/embed_sparse", response_model=EmbedSparseResponse, responses=ERROR_RESPONSES)
+    async def embed_sparse(self, request: EmbedSparseRequest) -> Response:
+        """SPLADE's sparse vectors in text-embeddings-inference's shape: per text, its non-zero ``{index, value}``."""
+        prompt = prompt_for(self.spec, request.prompt_name, None)
+        _, vectors, timing = await self.run([prompt + text for text in request.inputs], "sparse", request.truncate, "inputs")
+        return self.timed([sparse_entries(vector) for vector in vectors], timing)
+
     @app.post("/v1/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
     async def rerank(self, request: RerankRequest) -> Response:
         """The documents by relevance to the query: each pair scored by the cross-encoder, best first."""
@@ -264,7 +273,8 @@ class TextBento:
 
 
 if keys := settings.keys():
-    protected = ("/v1/", "/api/") if settings.metrics_public else ("/v1/", "/api/", "/metrics")
+    routes = ("/v1/", "/api/", "/embed_sparse")  # every route that runs the model
+    protected = routes if settings.metrics_public else (*routes, "/metrics")
     TextBento.add_asgi_middleware(BearerAuth, keys=keys, protected=protected)
 
 

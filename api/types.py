@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, RootModel, StringConstraints
 
 
 def _as_list(value: object) -> object:
@@ -111,6 +111,25 @@ class EmbeddingsResponse(BaseModel):
     usage: Usage
 
 
+class EmbedSparseRequest(Request):
+    """``POST /embed_sparse`` in text-embeddings-inference's shape (its ``truncation_direction`` is not supported)."""
+
+    inputs: Texts
+    truncate: bool = Field(True, description="cut texts longer than the model's limit (else 413)")
+    prompt_name: str | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
+
+
+class SparseValue(BaseModel):
+    """One non-zero weight of a sparse vector: its vocabulary id and value."""
+
+    index: int
+    value: float
+
+
+class EmbedSparseResponse(RootModel[list[list[SparseValue]]]):
+    """Per input text, in request order, its non-zero weights by ascending ``index``."""
+
+
 class Fidelity(BaseModel):
     """The served fast graph against fp32 on this machine, measured at start-up (``models.selfcheck``)."""
 
@@ -130,7 +149,7 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "textbento"
     tag: str
-    task: Literal["classify", "embed"]
+    task: Literal["classify", "embed", "sparse"]
     labels: list[str]
     max_length: int
     dimensions: int | None

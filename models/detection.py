@@ -3,7 +3,8 @@
 Encoders (BERT, ...) and decoder-only models (Qwen, Llama, Mistral, ...) are served; encoder-decoder
 models are not. Sequence classifiers are recognised by their architecture; any other model is served
 as an embedder, with pooling, normalisation and length limit taken from the sentence-transformers
-files when the directory has them (mean pooling otherwise).
+files when the directory has them (mean pooling otherwise). A sentence-transformers SparseEncoder
+(SPLADE: an MLM and SpladePooling) is served as ``sparse``.
 
 Decoders need nothing of their own at serving time: textbento pads on the right, so with causal
 attention and position ids counted from 0 in every row (transformers' default: from the cache
@@ -20,7 +21,17 @@ from typing import Any, NamedTuple
 from transformers import PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from .spec import Activation, DenseActivation, ModelSpec, Pooling, Task
+from .spec import (
+    SPARSE_ACTIVATIONS,
+    SPARSE_POOLINGS,
+    Activation,
+    DenseActivation,
+    ModelSpec,
+    Pooling,
+    SparseActivation,
+    SparsePooling,
+    Task,
+)
 
 
 class UnsupportedModel(ValueError):
@@ -39,7 +50,8 @@ def is_decoder(config: PretrainedConfig) -> bool:
 
 
 def detect_task(config: PretrainedConfig, override: str = "auto") -> Task:
-    """``classify`` for ``*ForSequenceClassification`` architectures, ``embed`` for other encoders and decoders."""
+    """``classify`` for ``*ForSequenceClassification`` architectures, ``embed`` for other encoders and decoders
+    (``sparse`` is told by the sentence-transformers files: ``detect_spec``)."""
     architectures = ", ".join(config.architectures or [config.model_type])
     if config.is_encoder_decoder:
         raise UnsupportedModel(
@@ -127,6 +139,51 @@ def read_pooling(config: dict[str, Any]) -> Pooling:
     return POOLING_MODES[modes[0]]
 
 
+# A SparseEncoder textbento reproduces is exactly these modules, in this order (``models.heads.SpladeEncoder``);
+# others (SparseStaticEmbedding and the Router of inference-free SPLADE, SparseAutoEncoder of CSR) are refused.
+SPLADE_MODULES = ("MLMTransformer", "SpladePooling")
+
+
+def module_kind(module: dict[str, Any]) -> str:
+    """A modules.json entry's class name, e.g. ``Pooling`` for ``sentence_transformers.models.Pooling``."""
+    return module.get("type", "").rsplit(".", 1)[-1]
+
+
+def is_sparse_encoder(model_dir: Path) -> bool:
+    """Whether sentence-transformers saved the directory as a SparseEncoder (its config says so, or its modules)."""
+    settings = _read_json(model_dir / "config_sentence_transformers.json") or {}
+    modules = _read_json(model_dir / "modules.json") or []
+    return settings.get("model_type") == "SparseEncoder" or any(".sparse_encoder." in module.get("type", "") for module in modules)
+
+
+def read_splade(model_dir: Path, config: PretrainedConfig) -> tuple[SparsePooling, SparseActivation]:
+    """The SpladePooling settings of a SparseEncoder whose pipeline textbento reproduces; others refused by name."""
+    modules = _read_json(model_dir / "modules.json") or []
+    if unreproduced := [module for module in modules if module_kind(module) not in SPLADE_MODULES]:
+        named = ", ".join(f"{module.get('path') or module.get('name')!r} ({module.get('type')})" for module in unreproduced)
+        raise UnsupportedModel(
+            f"SparseEncoder modules {named} are not reproduced by textbento (it serves SPLADE as "
+            f"{' + '.join(SPLADE_MODULES)}): serving without them would give different vectors"
+        )
+    if [module_kind(module) for module in modules] != list(SPLADE_MODULES):
+        raise UnsupportedModel(
+            f"a SparseEncoder is served as exactly {' + '.join(SPLADE_MODULES)}, in that order; this one's modules.json has "
+            f"{' + '.join(module_kind(module) for module in modules) or 'none'}"
+        )
+    if not any(name.endswith("ForMaskedLM") for name in config.architectures or []):
+        raise UnsupportedModel(
+            "a SPLADE model needs a *ForMaskedLM architecture (its MLM head); "
+            f"this one is {', '.join(config.architectures or [config.model_type])}"
+        )
+    pooling = _read_json(model_dir / modules[1].get("path", "") / "config.json") or {}
+    strategy, activation = pooling.get("pooling_strategy", "max"), pooling.get("activation_function", "relu")
+    if strategy not in SPARSE_POOLINGS or activation not in SPARSE_ACTIVATIONS:
+        raise UnsupportedModel(
+            f"SpladePooling with pooling_strategy {strategy!r} and activation_function {activation!r} is not reproduced by textbento"
+        )
+    return strategy, activation
+
+
 class SentenceTransformersSettings(NamedTuple):
     pooling: Pooling = "mean"
     normalize: bool = False
@@ -185,7 +242,7 @@ def read_sentence_transformers(model_dir: Path) -> SentenceTransformersSettings:
     normalize = False
     dense = []
     for module in modules:
-        kind = module.get("type", "").rsplit(".", 1)[-1]
+        kind = module_kind(module)
         if kind not in REPRODUCED_MODULES:
             raise UnsupportedModel(
                 f"sentence-transformers module {module.get('path') or module.get('name')!r} ({module.get('type')}) "
@@ -204,12 +261,15 @@ def read_sentence_transformers(model_dir: Path) -> SentenceTransformersSettings:
             normalize = True
         if kind == "Transformer":
             check_transformer(_read_json(model_dir / module.get("path", "") / "sentence_bert_config.json") or {})
+    return SentenceTransformersSettings(pooling, normalize, *read_length_and_prompts(model_dir), tuple(dense))
+
+
+def read_length_and_prompts(model_dir: Path) -> tuple[int | None, dict[str, str], str | None]:
+    """sentence-transformers' ``max_seq_length``, prompts and default prompt name (SentenceTransformer and SparseEncoder alike)."""
     settings = _read_json(model_dir / "config_sentence_transformers.json") or {}
     sbert_config = _read_json(model_dir / "sentence_bert_config.json") or {}
     prompts = {str(name): str(text) for name, text in (settings.get("prompts") or {}).items()}
-    return SentenceTransformersSettings(
-        pooling, normalize, sbert_config.get("max_seq_length"), prompts, settings.get("default_prompt_name") or None, tuple(dense)
-    )
+    return sbert_config.get("max_seq_length"), prompts, settings.get("default_prompt_name") or None
 
 
 def model_max_length(config: PretrainedConfig, tokenizer_limit: int, chosen: int | None = None) -> int:
@@ -257,7 +317,14 @@ def detect_spec(
 
     ``pad_id``, ``eos_id``: the tokenizer's; ``max_length``: the import's choice, within the model's limit.
     """
-    detected = detect_task(config, task)
+    sparse = is_sparse_encoder(model_dir)
+    detected = "sparse" if sparse and task == "auto" else detect_task(config, task)  # its architecture was checked first (store)
+    if detected == "sparse" and not sparse:
+        raise UnsupportedModel("--task sparse needs a sentence-transformers SparseEncoder (modules.json: MLMTransformer + SpladePooling)")
+    if sparse and detected != "sparse":
+        raise UnsupportedModel(
+            f"a sentence-transformers SparseEncoder (SPLADE) gives sparse vectors: import it with --task sparse (or auto), not {task}"
+        )
     limit = model_max_length(config, tokenizer_limit, max_length)
     pad_id = read_pad_id(config, detected, pad_id, eos_id)
     common: dict[str, Any] = {"task": detected, "pad_id": pad_id, "source": source, "revision": revision}
@@ -270,6 +337,18 @@ def detect_spec(
         token_types = getattr(config, "type_vocab_size", 1) > 1
         return ModelSpec(
             max_length=limit, labels=read_labels(config), activation=read_activation(config), token_types=token_types, **common
+        )
+    if detected == "sparse":
+        sparse_pooling, sparse_activation = read_splade(model_dir, config)
+        max_seq_length, prompts, default_prompt_name = read_length_and_prompts(model_dir)
+        return ModelSpec(
+            max_length=limit if max_length else min(max_seq_length or limit, limit),  # the import's choice first
+            dimensions=config.vocab_size,
+            sparse_pooling=sparse_pooling,
+            sparse_activation=sparse_activation,
+            prompts=prompts,
+            default_prompt_name=default_prompt_name,
+            **common,
         )
     pipeline = read_sentence_transformers(model_dir)
     return ModelSpec(

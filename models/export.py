@@ -6,10 +6,11 @@ Everything lands in ``<model dir>/onnx/`` (``models.onnx_layout``): ``model.onnx
 
 Every graph takes ``input_ids`` and ``attention_mask`` (int64, ``[batch, sequence]``, both axes
 dynamic) and has one output: ``logits`` ``[batch, labels]`` for classifiers, ``last_hidden_state``
-``[batch, sequence, dim]`` for embedders. Pooling stays out of the graph: ``models.postprocess``
-pools for every backend; measured on all-MiniLM-L6-v2 it costs 0.3-0.6% of the forward pass
-(0.02 of 3.2 ms for one short text, 0.7 of 221 ms for 64), and pooling inside the graph was
-within noise of it.
+``[batch, sequence, dim]`` for embedders, ``sparse_embedding`` ``[batch, vocabulary]`` for SPLADE
+models (``models.heads``: pooled inside, their ``[batch, sequence, vocabulary]`` logits are too large
+to leave it). Dense pooling stays out of the graph: ``models.postprocess`` pools for every backend;
+measured on all-MiniLM-L6-v2 it costs 0.3-0.6% of the forward pass (0.02 of 3.2 ms for one short
+text, 0.7 of 221 ms for 64), and pooling inside the graph was within noise of it.
 
 The fp32 graph is held to the model on inputs of other shapes than the export's example before the
 others are made from it (``check_traced``); decoders' masks are traced without ``torch.vmap``
@@ -26,8 +27,8 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-from transformers import AutoModel, AutoModelForSequenceClassification
 
+from .heads import SpladeEncoder, model_class
 from .onnx_layout import FP16, FP32, INPUTS, INT8, TOKEN_TYPES, onnx_dir
 from .quantize import quantize_fp16, quantize_int8
 from .spec import ModelSpec
@@ -96,7 +97,12 @@ def traceable_masks() -> Iterator[None]:
 
 def output_name(spec: ModelSpec) -> str:
     """The graph's one output: what the backends post-process for this task."""
-    return "logits" if spec.task == "classify" else "last_hidden_state"
+    return {"classify": "logits", "embed": "last_hidden_state", "sparse": "sparse_embedding"}[spec.task]
+
+
+def exported_module(model: torch.nn.Module, spec: ModelSpec) -> torch.nn.Module:
+    """What the graph computes: the model's one output the backends use, or SPLADE's pooled weights."""
+    return SpladeEncoder(model, spec) if spec.task == "sparse" else SingleOutput(model, output_name(spec))
 
 
 def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
@@ -108,8 +114,7 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
     docs/design.md 5): fp32 979 vs 811 sentences/s for the dynamo exporter's graph, per-token
     int8 1,921 vs 1,403. ONNX Runtime's transformer fusions (fused ``Attention``) made it slower.
     """
-    model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
-    model = model_class.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
+    model = model_class(spec.task).from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
     model.config.use_cache = False  # a decoder's key/value cache is for generation: not an output here
     # Distinct example tensors, one row padded, so that the mask is really used.
     input_ids = torch.arange(100, 116, dtype=torch.int64).reshape(2, 8)
@@ -118,11 +123,11 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
     inputs = (*INPUTS, TOKEN_TYPES) if spec.token_types else INPUTS
     examples = (input_ids, attention_mask, (input_ids % 2)) if spec.token_types else (input_ids, attention_mask)
     axes = {name: {0: "batch", 1: "sequence"} for name in (*inputs, output_name(spec))}
-    if spec.task == "classify":
+    if spec.task != "embed":  # one row per text, without a sequence axis
         axes[output_name(spec)] = {0: "batch"}
     target.parent.mkdir(parents=True, exist_ok=True)
     # In eval mode for good: the exporter puts a module back in the mode it found it in, dropout included.
-    module = SingleOutput(model, output_name(spec)).eval()
+    module = exported_module(model, spec).eval()
     with warnings.catch_warnings(), torch.no_grad(), traceable_masks():
         warnings.simplefilter("ignore")  # export-time deprecation chatter from torch and transformers
         torch.onnx.export(
@@ -143,7 +148,7 @@ class UntraceableModel(RuntimeError):
     """The exported graph computes something else than the model on inputs of another shape."""
 
 
-def check_traced(module: SingleOutput, graph: Path, spec: ModelSpec) -> None:
+def check_traced(module: torch.nn.Module, graph: Path, spec: ModelSpec) -> None:
     """The graph at ``graph`` held to the model on batches of other shapes than the export's example.
 
     The tracer records one run: a path that depends on the data exports without an error and then
@@ -171,7 +176,7 @@ def check_traced(module: SingleOutput, graph: Path, spec: ModelSpec) -> None:
             raise UntraceableModel(
                 f"the traced graph fails on a batch of shape {tuple(ids.shape)}: the model takes a path that depends on its input"
             ) from error
-        real = slice(None) if spec.task == "classify" else mask.numpy() == 1
+        real = mask.numpy() == 1 if spec.task == "embed" else slice(None)
         error = np.abs(exported - expected)[real].max() / max(np.abs(expected[real]).max(), 1.0)
         if error > 1e-3:
             raise UntraceableModel(

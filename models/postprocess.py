@@ -1,4 +1,5 @@
-"""Model outputs → answers: scores and labels for classifiers, pooling and normalisation for embedders."""
+"""Model outputs → answers: scores and labels for classifiers, pooling and normalisation for embedders,
+the non-zero entries of sparse (SPLADE) vectors."""
 
 from __future__ import annotations
 
@@ -71,6 +72,12 @@ def truncate_dimensions(vector: np.ndarray, dimensions: int | None, normalize: b
         return vector
     cut = vector[:dimensions]
     return l2_normalize(cut) if normalize else cut
+
+
+def sparse_entries(vector: np.ndarray) -> list[dict[str, int | float]]:
+    """A sparse vector's non-zero weights as text-embeddings-inference answers them: ``{index, value}`` by ascending index."""
+    indices = np.flatnonzero(vector)
+    return [{"index": index, "value": value} for index, value in zip(indices.tolist(), vector[indices].tolist())]
 
 
 def load_dense(model_dir: str | Path, activations: tuple[DenseActivation, ...]) -> list[DenseLayer]:

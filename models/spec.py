@@ -6,14 +6,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Task = Literal["classify", "embed"]
+Task = Literal["classify", "embed", "sparse"]
 Pooling = Literal["mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken"]
 Activation = Literal["softmax", "sigmoid"]
 
-TASKS: tuple[Task, ...] = ("classify", "embed")
+TASKS: tuple[Task, ...] = ("classify", "embed", "sparse")
 POOLINGS: tuple[Pooling, ...] = ("mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken")
 DenseActivation = Literal["identity", "tanh", "relu", "sigmoid"]
 ACTIVATIONS: tuple[Activation, ...] = ("softmax", "sigmoid")
+# sentence-transformers' SpladePooling: how token weights are pooled, and ``log1p_relu`` = log1p once more.
+SparsePooling = Literal["max", "sum"]
+SparseActivation = Literal["relu", "log1p_relu"]
+SPARSE_POOLINGS: tuple[SparsePooling, ...] = ("max", "sum")
+SPARSE_ACTIVATIONS: tuple[SparseActivation, ...] = ("relu", "log1p_relu")
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,8 @@ class ModelSpec:
     segments; cross-encoders need them). ``pooling``/``normalize``/``dimensions`` describe the
     embedding, ``dense`` the activations of sentence-transformers Dense modules after pooling
     (their weights in ``dense.npz``, ``models.postprocess``), ``prompts`` (name → text put before the input) and ``default_prompt_name`` are
-    sentence-transformers' (ignored for classifiers). ``pad_id`` is the tokenizer's padding id,
+    sentence-transformers' (ignored for classifiers). ``sparse_pooling``/``sparse_activation`` are a
+    SPLADE model's ``SpladePooling`` settings (its ``dimensions``: the vocabulary). ``pad_id`` is the tokenizer's padding id,
     which the runner needs without loading the tokenizer.
     """
 
@@ -40,6 +46,8 @@ class ModelSpec:
     normalize: bool = False
     dimensions: int | None = None
     dense: tuple[DenseActivation, ...] = ()
+    sparse_pooling: SparsePooling = "max"
+    sparse_activation: SparseActivation = "relu"
     prompts: dict[str, str] = dataclasses.field(default_factory=dict)
     default_prompt_name: str | None = None
     pad_id: int = 0
@@ -53,6 +61,8 @@ class ModelSpec:
             raise ValueError(f"unknown activation {self.activation!r}; expected one of {ACTIVATIONS}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {self.pooling!r}; expected one of {POOLINGS}")
+        if self.sparse_pooling not in SPARSE_POOLINGS or self.sparse_activation not in SPARSE_ACTIVATIONS:
+            raise ValueError(f"unknown SPLADE pooling {self.sparse_pooling!r} or activation {self.sparse_activation!r}")
         if self.max_length < 2:
             raise ValueError(f"max_length must be at least 2, got {self.max_length}")
         if self.task == "classify" and len(self.labels) < 1:

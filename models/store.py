@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import bentoml
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 from .detection import UnsupportedModel, detect_spec, detect_task, is_decoder, read_sentence_transformers
+from .heads import model_class
 from .postprocess import DENSE_FILE
 from .spec import ModelSpec
 
@@ -31,7 +32,7 @@ progress = logging.getLogger("textbento.import")
 
 DEFAULT_NAME = "text-model"
 # Only what serving needs: config, tokenizer files, weights, sentence-transformers settings.
-HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "*_Pooling/*", "*_Dense/*", "*_Normalize/*"]
+HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "*_Pooling/*", "*_Dense/*", "*_Normalize/*", "*_SpladePooling/*"]
 LIBRARIES = ("transformers", "tokenizers", "torch", "bentoml")
 ONNX_LIBRARIES = ("onnxruntime", "onnx", "onnxscript")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
@@ -112,9 +113,8 @@ def import_model(
         source=source or str(model_dir),
         revision=revision,
     )
-    model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
     progress.info("loading %s (%s)", source, spec.task)
-    model = model_class.from_pretrained(str(model_dir))
+    model = model_class(spec.task).from_pretrained(str(model_dir))
     if spec.task == "classify" and is_decoder(config):
         # Stored with the pad id it finds each row's last token by (``detection.read_pad_id``).
         model.config.pad_token_id = spec.pad_id

@@ -25,6 +25,7 @@ def test_missing_or_wrong_key_gets_401(auth_url, authorization):
     assert response.status_code == 401
     assert response.json()["error"]["type"] == "unauthorized"
     assert requests.get(f"{auth_url}/v1/models", headers=headers, timeout=10).status_code == 401
+    assert requests.post(f"{auth_url}/embed_sparse", json={"inputs": "x"}, headers=headers, timeout=10).status_code == 401
 
 
 @pytest.mark.parametrize("key", KEYS)

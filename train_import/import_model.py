@@ -18,6 +18,7 @@ from pathlib import Path
 import bentoml
 
 from models.detection import UnsupportedModel
+from models.spec import TASKS
 from models.store import DEFAULT_NAME, default_model_dir, download, import_model
 from train_import.cli import report
 
@@ -29,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     source.add_argument("--path", type=Path, help="local save_pretrained directory")
     parser.add_argument("--revision", help="Hub branch, tag or commit (with --model-id)")
     parser.add_argument("--name", default=DEFAULT_NAME, help=f"store name (default {DEFAULT_NAME})")
-    parser.add_argument("--task", choices=("auto", "classify", "embed"), default="auto")
+    parser.add_argument("--task", choices=("auto", *TASKS), default="auto")
     parser.add_argument(
         "--onnx",
         action=argparse.BooleanOptionalAction,

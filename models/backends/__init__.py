@@ -56,6 +56,10 @@ def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int
                     f"{model_dir} has no ONNX graphs and PyTorch is not installed; add them with: python -m train_import.export_onnx <tag>"
                 )
             return load_backend("torch", model_dir, spec, threads)
+        if spec.task == "sparse":  # cosine misses which ids turn non-zero: fp32 until a check that sees them
+            from .onnx_backend import OnnxBackend
+
+            return OnnxBackend(model_dir, spec, threads, cpu_graph="fp32", cuda_graph="fp32")
         return checked(model_dir, spec, threads)
     if name == "torch":
         from .torch_backend import TorchBackend

@@ -110,6 +110,6 @@ class OnnxBackend:
         if self.spec.token_types:
             feed[TOKEN_TYPES] = token_type_ids.astype(np.int64, copy=False)
         output = self.session.run(None, feed)[0]
-        if self.spec.task == "classify":
+        if self.spec.task != "embed":  # logits, or SPLADE weights pooled in the graph
             return output
         return sentence_embeddings(output, attention_mask, self.spec.pooling, self.spec.normalize, self.dense)

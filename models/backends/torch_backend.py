@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoModel, AutoModelForSequenceClassification
 
 from ..batching import split_segments
+from ..heads import SpladeEncoder, model_class
 from ..postprocess import load_dense, sentence_embeddings
 from ..spec import ModelSpec
 
@@ -25,22 +25,22 @@ class TorchBackend:
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         # torch defaults to every core it sees; the runner shares them with tokenizer workers.
         torch.set_num_threads(threads)
-        model_class = AutoModelForSequenceClassification if spec.task == "classify" else AutoModel
         dtype = torch.float16 if self.device == "cuda" else torch.float32
         self.precision = "fp16" if self.device == "cuda" else "fp32"
-        self.model = model_class.from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
+        self.model = model_class(spec.task).from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
         self.model.config.use_cache = False  # a decoder would keep every pass's keys and values, for generation
+        # SPLADE pools its MLM logits in torch, as the ONNX graph does (``models.heads``).
+        self.sparse = SpladeEncoder(self.model, spec).eval() if spec.task == "sparse" else None
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         input_ids, token_type_ids = split_segments(input_ids)
         # Only for models with token types: the others (DistilBERT, ...) refuse the argument.
         types = {"token_type_ids": torch.from_numpy(token_type_ids).to(self.device)} if self.spec.token_types else {}
+        ids, mask = torch.from_numpy(input_ids).to(self.device), torch.from_numpy(attention_mask).to(self.device)
         with torch.inference_mode():
-            outputs = self.model(
-                input_ids=torch.from_numpy(input_ids).to(self.device),
-                attention_mask=torch.from_numpy(attention_mask).to(self.device),
-                **types,
-            )
+            if self.sparse is not None:
+                return self.sparse(ids, mask, **types).float().cpu().numpy()
+            outputs = self.model(input_ids=ids, attention_mask=mask, **types)
             if self.spec.task == "classify":
                 return outputs.logits.float().cpu().numpy()
             hidden = outputs.last_hidden_state.float().cpu().numpy()

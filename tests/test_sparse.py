@@ -1,0 +1,153 @@
+"""SPLADE (sentence-transformers SparseEncoder) served as the library encodes, and /embed_sparse in TEI's shape.
+
+A tiny random-weight BertForMaskedLM with the embedded model's vocabulary, wrapped as MLMTransformer +
+SpladePooling and saved by sentence-transformers itself, imported through the store and held to
+``SparseEncoder.encode`` (dense rows) on the torch backend and the fp32 ONNX graph, then served for real.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import bentoml
+import numpy as np
+import pytest
+import requests
+import torch
+from sentence_transformers import SparseEncoder
+from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+from models.detection import UnsupportedModel
+from models.spec import ModelSpec
+from models.store import default_model_dir, import_model
+from tests.conftest import served
+from tests.reference import backend_outputs
+
+TEXTS = ["a short one", "ok", "The quick brown fox jumps over the lazy dog, twice.", "Émojis 🙂 and déjà vu, naïve café."]
+
+
+@pytest.fixture(scope="module")
+def tiny_mlm(tmp_path_factory) -> Path:
+    """A small random-weight BertForMaskedLM with the embedded model's vocabulary (30,522 ids)."""
+    directory = tmp_path_factory.mktemp("tiny-mlm")
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir()))
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    BertForMaskedLM(config).eval().save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def splade(tiny_mlm: Path, directory: Path, pooling: str = "max", activation: str = "relu") -> SparseEncoder:
+    modules = [MLMTransformer(str(tiny_mlm), max_seq_length=64), SpladePooling(pooling, activation_function=activation)]
+    model = SparseEncoder(modules=modules, device="cpu")
+    model.save(str(directory))
+    return model
+
+
+def library_rows(model: SparseEncoder, texts: list[str]) -> np.ndarray:
+    return model.encode(texts, convert_to_sparse_tensor=False, convert_to_tensor=True).cpu().numpy()
+
+
+@pytest.mark.parametrize("pooling, activation", [("max", "relu"), ("sum", "log1p_relu")])
+def test_a_splade_model_is_served_as_the_library_encodes(tiny_mlm, tmp_path, pooling, activation):
+    model = splade(tiny_mlm, tmp_path / "splade", pooling, activation)
+    tag = str(import_model(tmp_path / "splade", name=f"splade-{pooling}"))
+    spec = ModelSpec.of(bentoml.models.get(tag))
+    assert (spec.task, spec.dimensions, spec.max_length, spec.sparse_pooling, spec.sparse_activation) == (
+        "sparse",
+        30522,
+        64,
+        pooling,
+        activation,
+    )
+    expected = library_rows(model, TEXTS)
+    assert (expected > 0).sum(axis=1).min() > 0 and (expected > 0).sum(axis=1).max() < expected.shape[1]  # sparse, not empty
+    for backend in ("torch", "onnx"):
+        rows = backend_outputs(tag, backend, TEXTS)
+        assert rows.shape == expected.shape
+        assert np.abs(rows - expected).max() <= 1e-5, (backend, np.abs(rows - expected).max())
+
+
+def test_the_graph_pools_inside_so_only_rows_of_the_vocabulary_leave_it(tiny_mlm, tmp_path):
+    import onnx
+
+    splade(tiny_mlm, tmp_path / "splade")
+    stored = bentoml.models.get(import_model(tmp_path / "splade", name="splade-graph"))
+    (output,) = onnx.load(str(Path(stored.path) / "onnx" / "model.onnx"), load_external_data=False).graph.output
+    dims = [dim.dim_param or dim.dim_value for dim in output.type.tensor_type.shape.dim]
+    assert (output.name, dims) == ("sparse_embedding", ["batch", 30522])
+
+
+def rewrite_modules(directory: Path, modules: list[dict]) -> None:
+    (directory / "modules.json").write_text(json.dumps(modules))
+
+
+@pytest.mark.parametrize(
+    "modules, refused",
+    [
+        (  # inference-free SPLADE: a Router with a SparseStaticEmbedding for queries
+            [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Router"}],
+            r"'0' \(sentence_transformers.models.Router\) are not reproduced",
+        ),
+        (
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.sparse_encoder.models.SparseStaticEmbedding"},
+                {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": "sentence_transformers.sparse_encoder.models.SpladePooling"},
+            ],
+            "SparseStaticEmbedding",
+        ),
+        (  # CSR: a dense embedder with a SparseAutoEncoder on top
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                {"idx": 2, "name": "2", "path": "2_CSR", "type": "sentence_transformers.sparse_encoder.models.SparseAutoEncoder"},
+            ],
+            "SparseAutoEncoder",
+        ),
+    ],
+)
+def test_a_sparse_encoder_textbento_does_not_reproduce_is_refused_by_name(tiny_mlm, tmp_path, modules, refused):
+    splade(tiny_mlm, tmp_path / "splade")
+    rewrite_modules(tmp_path / "splade", modules)
+    with pytest.raises(UnsupportedModel, match=refused):
+        import_model(tmp_path / "splade", name="refused", onnx=False)
+    assert not [model for model in bentoml.models.list() if model.tag.name == "refused"]
+
+
+def test_the_task_override_stays_coherent(tiny_mlm, tmp_path):
+    splade(tiny_mlm, tmp_path / "splade")
+    with pytest.raises(UnsupportedModel, match="import it with --task sparse"):
+        import_model(tmp_path / "splade", name="as-embed", task="embed", onnx=False)
+    with pytest.raises(UnsupportedModel, match="--task sparse needs a sentence-transformers SparseEncoder"):
+        import_model(tiny_mlm, name="mlm-as-sparse", task="sparse", onnx=False)
+    assert ModelSpec.of(bentoml.models.get(import_model(tmp_path / "splade", name="as-sparse", task="sparse", onnx=False))).task == "sparse"
+
+
+def test_embed_sparse_served_for_real_in_teis_shape(tiny_mlm, tmp_path, logs):
+    model = splade(tiny_mlm, tmp_path / "splade")
+    tag = str(import_model(tmp_path / "splade", name="splade-served"))
+    dense = str(import_model(tiny_mlm, name="mlm-dense", onnx=False))  # the same MLM as a dense embedder
+    expected = library_rows(model, TEXTS)
+    with served(tag, logs, "sparse", TEXTBENTO_WORKERS="1", TEXTBENTO_BACKEND="onnx") as server:
+        answer = requests.post(f"{server.url}/embed_sparse", json={"inputs": TEXTS}, timeout=60)
+        one = requests.post(f"{server.url}/embed_sparse", json={"inputs": TEXTS[0]}, timeout=60)
+        wrong = requests.post(f"{server.url}/v1/embeddings", json={"input": "dense please"}, timeout=60)
+    with served(dense, logs, "mlm-dense", TEXTBENTO_WORKERS="1", TEXTBENTO_BACKEND="torch") as server:
+        not_sparse = requests.post(f"{server.url}/embed_sparse", json={"inputs": "sparse please"}, timeout=60)
+    assert answer.status_code == one.status_code == 200, (answer.text[:300], one.text[:300])
+    vectors = answer.json()
+    assert len(vectors) == len(TEXTS) and len(one.json()) == 1  # a string is one text
+    for entries, row in zip([*vectors, *one.json()], [*expected, expected[0]]):
+        assert set(entries[0]) == {"index", "value"}
+        indices = [entry["index"] for entry in entries]
+        assert indices == sorted(set(indices)) and all(entry["value"] != 0 for entry in entries)  # ascending, non-zero only
+        answered = np.zeros_like(row)
+        answered[indices] = [entry["value"] for entry in entries]
+        # The library's non-zero ids, values within 1e-5 (a weight within 1e-5 of zero may be zero on one side only).
+        assert np.abs(answered - row).max() <= 1e-5 and len(indices) >= 0.9 * np.count_nonzero(row)
+    for response, task in ((wrong, "'sparse', not 'embed'"), (not_sparse, "'embed', not 'sparse'")):
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["type"] == "wrong_task" and task in response.json()["error"]["message"]
