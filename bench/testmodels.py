@@ -18,6 +18,20 @@ SIZES = {
 }
 
 
+def build_tiny_bert(directory: Path, model_class=None) -> Path:
+    """A 32-wide, 2-layer BERT (``BertModel``, or ``model_class``: ``BertForMaskedLM``, ...) with the
+    embedded model's vocabulary, seeded, saved with its tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir()))
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    (model_class or BertModel)(config).eval().save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
 def build_bert_classifier(directory: Path, **config) -> Path:
     """A small BERT classifier (32 wide, 2 layers, token types) with the embedded model's vocabulary.
 

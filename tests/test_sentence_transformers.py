@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 from sentence_transformers import SentenceTransformer, models
-from transformers import AutoTokenizer, BertConfig, BertModel
 
+from bench.testmodels import build_tiny_bert
 from models.detection import UnsupportedModel, read_sentence_transformers
 from models.spec import ModelSpec
 from models.store import default_model_dir, import_model
@@ -32,13 +32,7 @@ TEXTS = ["a short one", "ok", "The quick brown fox jumps over the lazy dog, twic
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
     """A small random-weight BERT with the embedded model's vocabulary."""
-    directory = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir()))
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
-    BertModel(config).eval().save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
 def pipeline(tiny_bert, directory, pooling: str, dense: bool) -> SentenceTransformer:

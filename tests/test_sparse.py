@@ -14,14 +14,14 @@ import bentoml
 import numpy as np
 import pytest
 import requests
-import torch
 from sentence_transformers import SparseEncoder
 from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
-from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+from transformers import BertForMaskedLM
 
+from bench.testmodels import build_tiny_bert
 from models.detection import UnsupportedModel
 from models.spec import ModelSpec
-from models.store import default_model_dir, import_model
+from models.store import import_model
 from tests.conftest import served
 from tests.reference import backend_outputs
 
@@ -31,13 +31,7 @@ TEXTS = ["a short one", "ok", "The quick brown fox jumps over the lazy dog, twic
 @pytest.fixture(scope="module")
 def tiny_mlm(tmp_path_factory) -> Path:
     """A small random-weight BertForMaskedLM with the embedded model's vocabulary (30,522 ids)."""
-    directory = tmp_path_factory.mktemp("tiny-mlm")
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir()))
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
-    BertForMaskedLM(config).eval().save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-mlm"), BertForMaskedLM)
 
 
 def splade(tiny_mlm: Path, directory: Path, pooling: str = "max", activation: str = "relu") -> SparseEncoder:
