@@ -1,7 +1,7 @@
 """Realistic traffic for a running textbento (``make loadtest``; ``locust -f locustfile.py`` for the web UI).
 
 A server serves one model, which does one task, so each user reads ``GET /v1/models`` first and
-keeps only that task's traffic: batched OpenAI-shape embeddings, or single-text classification
+keeps only that task's traffic: batched OpenAI-shape embeddings, SPLADE sparse vectors, or single-text classification
 (and its sentiment alias). Texts are mostly short, some up to the model's ``max_length`` and one
 in ten past it, so truncation and padding cost what they cost in production. About one request
 in twelve is deliberately bad (a wrong task among them); it counts as a success only when it gets
@@ -78,7 +78,7 @@ WORDS = [
     "way",
 ]
 # Each task's route and its field for the texts.
-ROUTES = {"embed": ("/v1/embeddings", "input"), "classify": ("/v1/classify", "inputs")}
+ROUTES = {"embed": ("/v1/embeddings", "input"), "classify": ("/v1/classify", "inputs"), "sparse": ("/embed_sparse", "inputs")}
 
 
 def served(model_task: str) -> Callable:
@@ -146,6 +146,14 @@ class TextBentoClient(FastHttpUser):
         texts = [self.text() for _ in range(random.randint(2, 16))]
         body = {"input": texts, "model": self.card["id"], "encoding_format": random.choice(["float", "base64"])}
         self.post("/v1/embeddings", body, check=lambda answer: len(answer["data"]) == len(texts))
+
+    @tag("sparse")
+    @served("sparse")  # SPLADE
+    @task(10)
+    def embed_sparse(self) -> None:
+        texts = [self.text() for _ in range(random.randint(2, 16))]
+        check = lambda answer: len(answer) == len(texts) and all(entry["value"] > 0 for vector in answer for entry in vector)
+        self.post("/embed_sparse", {"inputs": texts}, check=check)
 
     @tag("classify")
     @served("classify")

@@ -32,6 +32,17 @@ def build_tiny_bert(directory: Path, model_class=None) -> Path:
     return directory
 
 
+def build_splade(directory: Path, mlm_dir: Path, pooling: str = "max", activation: str = "relu"):
+    """A sentence-transformers SPLADE ``SparseEncoder`` on the masked LM in ``mlm_dir``, saved in ``directory``; the model."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+
+    modules = [MLMTransformer(str(mlm_dir), max_seq_length=64), SpladePooling(pooling, activation_function=activation)]
+    model = SparseEncoder(modules=modules, device="cpu")
+    model.save(str(directory))
+    return model
+
+
 def build_bert_classifier(directory: Path, **config) -> Path:
     """A small BERT classifier (32 wide, 2 layers, token types) with the embedded model's vocabulary.
 

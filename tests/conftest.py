@@ -122,6 +122,20 @@ def cross_encoder_tag(cross_encoder_dir: Path) -> str:
 
 
 @pytest.fixture(scope="session")
+def sparse_tag(tmp_path_factory) -> str:
+    """A SPLADE sparse encoder (random weights) on a tiny masked LM."""
+    from transformers import BertForMaskedLM
+
+    from bench.testmodels import build_splade, build_tiny_bert
+
+    directory = tmp_path_factory.mktemp("splade")
+    build_splade(directory / "splade", build_tiny_bert(directory / "mlm", BertForMaskedLM))
+    result = run_import("--path", str(directory / "splade"), "--name", "splade")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.fixture(scope="session")
 def classify_tag(classifier_dir: Path) -> str:
     result = run_import("--path", str(classifier_dir), "--name", "sst2-test")
     assert result.returncode == 0, result.stderr

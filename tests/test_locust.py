@@ -19,10 +19,11 @@ MODELS = [
     ("embed_tag", "/v1/embeddings", "/v1/classify"),
     ("classify_tag", "/v1/classify", "/v1/embeddings"),
     ("cross_encoder_tag", "/v1/rerank", "/v1/embeddings"),
+    ("sparse_tag", "/embed_sparse", "/v1/embeddings"),
 ]
 
 
-@pytest.fixture(scope="module", params=MODELS, ids=["embed", "classify", "rerank"])
+@pytest.fixture(scope="module", params=MODELS, ids=["embed", "classify", "rerank", "sparse"])
 def server(request, logs):
     """A server of its own, not the shared ``embed_url``: BentoML's batcher sheds by a latency per call
     learnt from recent batches, and after this mix of long many-text calls the shared server answered

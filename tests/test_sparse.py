@@ -15,10 +15,9 @@ import numpy as np
 import pytest
 import requests
 from sentence_transformers import SparseEncoder
-from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
 from transformers import BertForMaskedLM
 
-from bench.testmodels import build_tiny_bert
+from bench.testmodels import build_splade, build_tiny_bert
 from models.detection import UnsupportedModel
 from models.spec import ModelSpec
 from models.store import import_model
@@ -35,10 +34,7 @@ def tiny_mlm(tmp_path_factory) -> Path:
 
 
 def splade(tiny_mlm: Path, directory: Path, pooling: str = "max", activation: str = "relu") -> SparseEncoder:
-    modules = [MLMTransformer(str(tiny_mlm), max_seq_length=64), SpladePooling(pooling, activation_function=activation)]
-    model = SparseEncoder(modules=modules, device="cpu")
-    model.save(str(directory))
-    return model
+    return build_splade(directory, tiny_mlm, pooling, activation)
 
 
 def library_rows(model: SparseEncoder, texts: list[str]) -> np.ndarray:
