@@ -116,7 +116,14 @@ class Encoder:
     @bentoml.api
     def device(self) -> dict[str, Any]:
         fidelity = self.backend.fidelity.as_dict() if self.backend.fidelity else None
-        return {"backend": self.backend.name, "device": self.backend.device, "precision": self.backend.precision, "fidelity": fidelity}
+        backend = self.backend
+        return {
+            "backend": backend.name,
+            "device": backend.device,
+            "precision": backend.precision,
+            "fidelity": fidelity,
+            "cpu": describe_cpu(),
+        }
 
 
 # BentoML serves the docs (its /docs merges these routes); FastAPI's own would shadow them.
@@ -260,7 +267,6 @@ class TextBento:
             prompts=self.spec.prompts,
             default_prompt_name=self.spec.default_prompt_name,
             source=self.spec.source,
-            cpu=describe_cpu(),
             **device,
         )
         return ModelList(data=[card])

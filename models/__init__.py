@@ -6,11 +6,14 @@ plumbing in ``serving/`` call into it.
 
 One module, one job:
 
+- ``cpu``          the CPU class: which int8 kernels ONNX Runtime runs here, recorded with every figure
 - ``spec``         what the served model is (task, labels, pooling, limits), as stored in the model store
 - ``detection``    reads a ``save_pretrained`` directory and works out its spec (import time only)
 - ``tokenization`` text → token ids, truncated to the model's limit, reporting what was cut
 - ``batching``     token ids → length-sorted, token-budgeted, padded sub-batches
+- ``heads``        the transformers class per task, and SPLADE's pooling on a masked LM
 - ``backends``     padded ids → logits or pooled embeddings (PyTorch, ONNX Runtime)
+- ``selfcheck``    the start-up check that holds ``auto``'s fast graph to fp32 on this machine
 - ``postprocess``  softmax and labels; pooling and normalisation
 - ``inference``    one collected batch through batching, a backend and back into request order
 - ``store``        Hugging Face directory or Hub id → BentoML model store, with its spec as metadata

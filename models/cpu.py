@@ -24,15 +24,19 @@ INT32_ACCUMULATION = {"avx512_vnni", "avx_vnni", "amx_int8"}
 @functools.cache
 def cpu() -> dict:
     """``{"model", "machine", "flags"}``: the CPU's name, architecture and its ``CLASS_FLAGS``."""
-    model, flags = platform.processor() or "unknown", set()
-    cpuinfo = Path("/proc/cpuinfo")
+    model, flags = "", set()
+    cpuinfo = Path("/proc/cpuinfo")  # Linux (x86 "flags", ARM "Features"); elsewhere no flags
     for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else ():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and model in ("unknown", "", platform.machine()):
-            model = value.strip()
-        elif key.strip() in ("flags", "Features"):
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key == "model name":
+            model = model or value
+        elif key in ("flags", "Features"):
             flags |= set(value.split())
-    return {"model": model, "machine": platform.machine(), "flags": [flag for flag in CLASS_FLAGS if flag in flags]}
+    return {
+        "model": model or platform.processor() or "unknown",
+        "machine": platform.machine(),
+        "flags": [flag for flag in CLASS_FLAGS if flag in flags],
+    }
 
 
 def is_arm() -> bool:

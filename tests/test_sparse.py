@@ -125,6 +125,7 @@ def test_embed_sparse_served_for_real_in_teis_shape(tiny_mlm, tmp_path, logs):
         answer = requests.post(f"{server.url}/embed_sparse", json={"inputs": TEXTS}, timeout=60)
         one = requests.post(f"{server.url}/embed_sparse", json={"inputs": TEXTS[0]}, timeout=60)
         wrong = requests.post(f"{server.url}/v1/embeddings", json={"input": "dense please"}, timeout=60)
+        no_prompt = requests.post(f"{server.url}/embed_sparse", json={"inputs": "x", "prompt_name": "no-such-prompt"}, timeout=60)
     with served(dense, logs, "mlm-dense", TEXTBENTO_WORKERS="1", TEXTBENTO_BACKEND="torch") as server:
         not_sparse = requests.post(f"{server.url}/embed_sparse", json={"inputs": "sparse please"}, timeout=60)
     assert answer.status_code == one.status_code == 200, (answer.text[:300], one.text[:300])
@@ -138,6 +139,7 @@ def test_embed_sparse_served_for_real_in_teis_shape(tiny_mlm, tmp_path, logs):
         answered[indices] = [entry["value"] for entry in entries]
         # The library's non-zero ids, values within 1e-5 (a weight within 1e-5 of zero may be zero on one side only).
         assert np.abs(answered - row).max() <= 1e-5 and len(indices) >= 0.9 * np.count_nonzero(row)
+    assert no_prompt.status_code == 400 and no_prompt.json()["error"]["param"] == "prompt_name", no_prompt.text
     for response, task in ((wrong, "'sparse', not 'embed'"), (not_sparse, "'embed', not 'sparse'")):
         assert response.status_code == 400, response.text
         assert response.json()["error"]["type"] == "wrong_task" and task in response.json()["error"]["message"]
