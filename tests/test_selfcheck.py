@@ -3,6 +3,8 @@
 The CPU class of the machine running these tests decides which int8 kernels run (``models.cpu``);
 the tests hold for every class: the check passes the stored int8 graph where its kernels are
 exact, the u8×u8 graph passes the gates on every x86 class, and a damaged graph falls back to fp32.
+Sparse weights are also held to the flip gate, which sees what the cosines do not
+(``tests/test_sparse.py`` runs it through ``auto``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from onnx import numpy_helper
 from models import cpu
 from models.backends import load_backend, onnx_backend
 from models.onnx_layout import INT8, onnx_dir
-from models.selfcheck import MEAN_COSINE, MIN_COSINE, Fidelity, agreement
+from models.selfcheck import MAX_FLIPPED_MASS, MEAN_COSINE, MIN_COSINE, Fidelity, agreement, self_check
 from models.spec import ModelSpec
 from tests.test_onnx import TEXTS, cosines, outputs
 
@@ -107,3 +109,41 @@ def test_agreement_of_classifier_logits():
     column = np.array([[0.5], [2.0], [-1.0]])
     assert agreement(2 * column + 1, column, reranker) == pytest.approx([1.0])  # the same order and spacing
     assert agreement(-column, column, reranker) == pytest.approx([-1.0])
+
+
+def drop_small_weights(rows: np.ndarray, share: float) -> np.ndarray:
+    """``rows`` with, per row, its smallest non-zero weights holding ``share`` of its L1 mass set to zero."""
+    dropped = rows.copy()
+    for row in dropped:
+        order = np.argsort(np.where(row != 0, np.abs(row), np.inf))
+        below = np.cumsum(np.abs(row[order])) <= share * np.abs(row).sum()
+        row[order[below]] = 0
+    return dropped
+
+
+class FixedRows:
+    """A backend whose answer for the one-token text ``[i]`` is ``rows[i]``: the check without a graph."""
+
+    name, device, precision, fidelity = "fixed", "cpu", "int8", None
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows = rows
+
+    def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        return self.rows[input_ids[:, 0]]
+
+
+def test_sparse_weights_dropped_near_zero_pass_the_cosines_but_not_the_flip_gate():
+    """SPLADE rows with ~1% of 30,522 ids non-zero, as a trained model's; a candidate that drops the
+    small weights holding 2% of each text's mass is nearly parallel to them, and must not be served."""
+    rng = np.random.default_rng(0)
+    reference = np.log1p(np.maximum(rng.normal(-2.3, 1.0, (32, 30522)), 0)).astype(np.float32)
+    probe = [np.array([text]) for text in range(len(reference))]
+    sparse = ModelSpec(task="sparse", max_length=16, dimensions=reference.shape[1])
+    dropped = self_check(FixedRows(drop_small_weights(reference, 0.02)), FixedRows(reference), sparse, probe)
+    assert dropped.min_cosine >= MIN_COSINE and dropped.mean_cosine >= MEAN_COSINE, dropped
+    assert MAX_FLIPPED_MASS < dropped.max_flipped_mass <= 0.02 and not dropped.passed, dropped
+    assert dropped.as_dict()["gates"]["max_flipped_mass"] == MAX_FLIPPED_MASS
+    assert self_check(FixedRows(reference * 1.01), FixedRows(reference), sparse, probe).passed  # rescaled: nothing flipped
+    dense = ModelSpec(task="embed", max_length=16, dimensions=reference.shape[1])
+    assert self_check(FixedRows(reference), FixedRows(reference), dense, probe).max_flipped_mass is None  # dense: no flip gate

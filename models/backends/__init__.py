@@ -56,10 +56,6 @@ def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int
                     f"{model_dir} has no ONNX graphs and PyTorch is not installed; add them with: python -m train_import.export_onnx <tag>"
                 )
             return load_backend("torch", model_dir, spec, threads)
-        if spec.task == "sparse":  # cosine misses which ids turn non-zero: fp32 until a check that sees them
-            from .onnx_backend import OnnxBackend
-
-            return OnnxBackend(model_dir, spec, threads, cpu_graph="fp32", cuda_graph="fp32")
         return checked(model_dir, spec, threads)
     if name == "torch":
         from .torch_backend import TorchBackend
@@ -106,13 +102,15 @@ def missed(backend: Backend, then: str) -> None:
     from ..cpu import describe
 
     f = backend.fidelity
+    flips = "" if f.max_flipped_mass is None else f", weights zero on one graph only up to {f.max_flipped_mass:.2%} of a text's L1 mass"
     logger.warning(
-        "%s %s misses the accuracy gates on this machine (min cosine %.4f, mean %.5f to fp32 over %d probe texts; CPU: %s): %s",
+        "%s %s misses the accuracy gates on this machine (min cosine %.4f, mean %.5f to fp32 over %d probe texts%s; CPU: %s): %s",
         backend.name,
         backend.precision,
         f.min_cosine,
         f.mean_cosine,
         f.probe_texts,
+        flips,
         describe(),
         then,
     )
