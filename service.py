@@ -1,12 +1,14 @@
-"""textbento: Hugging Face text classification and sentence embeddings over HTTP.
+"""textbento: Hugging Face text models over HTTP: classifiers, rerankers, dense and sparse embedders.
 
-    client ─JSON─▶ TextBento × N workers ──────────────────────▶ Encoder × 1 per device
-                   validate (pydantic)                           adaptive batching across requests
+    client ─JSON─▶ TextBento × N workers ──────────────────────▶ Encoder × 1 per served model
+                   validate (pydantic), pick the model           adaptive batching across requests
                    tokenize in a thread, never on the loop       sort by length, cut, pad, forward
                    merge concurrent requests into shared calls   (ONNX Runtime per-token int8 on CPU
                    scores / labels / base64 ◀── logits or embeddings ── by default)
 
-Configuration: ``TEXTBENTO_*`` environment variables (``serving/settings.py``).
+Routes: OpenAI's embeddings, Cohere's and Jina's rerank, textbento's classify, and
+text-embeddings-inference's API (``api/tei.py``). Configuration: ``TEXTBENTO_*`` environment
+variables (``serving/settings.py``); ``TEXTBENTO_MODELS`` serves several models side by side.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ from typing import Any
 
 import bentoml
 import numpy as np
-from fastapi import FastAPI
+from fastapi import Body, FastAPI
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from starlette.responses import Response
 
-from api.errors import ERROR_RESPONSES, APIError, install_error_handlers
+from api import tei
+from api.catalog import Catalog, ServedModel
+from api.errors import ERROR_RESPONSES, TEI_ERROR_RESPONSES, TEI_ROUTES, APIError, install_error_handlers
 from api.limits import check_sizes, refuse_truncated
 from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CountAnswers, JsonBodyOnly
 from api.options import check_dimensions, prompt_for
@@ -32,8 +38,6 @@ from api.types import (
     ClassifyResponse,
     EmbeddingsRequest,
     EmbeddingsResponse,
-    EmbedSparseRequest,
-    EmbedSparseResponse,
     ModelCard,
     ModelList,
     RerankRequest,
@@ -44,7 +48,7 @@ from api.types import (
 from models.backends import load_backend
 from models.cpu import describe as describe_cpu
 from models.inference import InferenceThread, Pass, run_passes
-from models.postprocess import ranked_labels, scores, sparse_entries, truncate_dimensions
+from models.postprocess import l2_normalize, ranked_labels, scores, sparse_entries, truncate_dimensions
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextInput, TextTokenizer
 from serving.coalesce import Coalescer
@@ -57,7 +61,6 @@ from serving.telemetry import Timing, forget_dead_processes, telemetry
 from serving.wire import ids_from_wire, ids_to_wire, rows_from_wire, rows_to_wire
 
 dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
-MODEL = bentoml.models.BentoModel(settings.model)
 logger = logging.getLogger("textbento")
 # A log line per request costs measurable throughput; errors are still logged.
 NO_ACCESS_LOG = {"access": {"enabled": False}}
@@ -67,21 +70,15 @@ NO_ACCESS_LOG = {"access": {"enabled": False}}
 NEVER_RECYCLE = {"max_requests": 2**62, "max_age": 1e12}
 
 
-@bentoml.service(
-    name="encoder",
-    workers=1,
-    resources={"gpu": 1},
-    traffic={"timeout": settings.timeout_s},
-    logging=NO_ACCESS_LOG,
-    runner_connection=NEVER_RECYCLE,
-    tracing=settings.tracing,
-)
 class Encoder:
-    """The runner: token ids in, logits or sentence embeddings out, in adaptive batches."""
+    """The runner of one model: token ids in, logits or sentence embeddings out, in adaptive batches.
+    ``encoder_for`` makes it the BentoML service of each served model: a process, a batch queue and
+    a backend of its own, so that a batch never mixes models and one model's crash spares the others."""
 
-    model = MODEL
+    model: bentoml.models.BentoModel
 
     def __init__(self) -> None:
+        self.name = self.model.tag.name
         self.spec = ModelSpec.of(self.model)
         if self.spec.max_length > settings.token_budget:  # decoders: up to 32,768 tokens unless imported with --max-length
             logger.warning(
@@ -93,7 +90,7 @@ class Encoder:
         self.thread = InferenceThread()
         # ``auto`` holds its fast graph to fp32 here first, and serves fp32 if it misses the gates.
         self.backend = self.thread.call(load_backend, settings.backend, self.model.path, self.spec, settings.runner_threads)
-        telemetry.backend(self.backend)
+        telemetry.backend(self.name, self.backend)
         # Warm-up before /readyz turns green: the first forward pass is the slowest.
         self.thread.call(self.forward, [np.ones(16, dtype=np.int32)] * 8)
         # On SIGTERM, answer the API workers' last calls before stopping (serving/drain.py).
@@ -110,7 +107,7 @@ class Encoder:
     async def encode(self, token_ids: list[bytes]) -> list[tuple[bytes, Any]]:
         with self.drain.batch():
             rows, passes = await self.thread.run(self.forward, ids_from_wire(token_ids))
-        telemetry.passes(set(passes))
+        telemetry.passes(self.name, set(passes))
         return list(zip(rows_to_wire(rows), passes))
 
     @bentoml.api
@@ -124,6 +121,36 @@ class Encoder:
             "fidelity": fidelity,
             "cpu": describe_cpu(),
         }
+
+
+def encoder_for(tag: str, served: int) -> bentoml.Service:
+    """The Encoder of the stored model ``tag`` as a BentoML service, one of ``served``; they share one GPU."""
+    model = bentoml.models.BentoModel(tag)
+    return bentoml.service(
+        name="encoder" if served == 1 else f"encoder-{model.tag.name}",
+        workers=1,
+        resources={"gpu": 1 / served},
+        traffic={"timeout": settings.timeout_s},
+        logging=NO_ACCESS_LOG,
+        runner_connection=NEVER_RECYCLE,
+        tracing=settings.tracing,
+    )(type("Encoder", (Encoder,), {"model": model}))
+
+
+ENCODERS = [encoder_for(tag, len(settings.served)) for tag in settings.served]
+
+
+def serves_each(encoders: list[bentoml.Service]):
+    """Per Encoder, its model (``model_0``...: the API workers read its tokenizer) and a ``bentoml.depends``
+    (``encoder_0``...), as class attributes: BentoML finds them there, and their number comes from the settings."""
+
+    def add(cls: type) -> type:
+        for index, encoder in enumerate(encoders):
+            setattr(cls, f"model_{index}", encoder.inner.model)
+            setattr(cls, f"encoder_{index}", bentoml.depends(encoder))
+        return cls
+
+    return add
 
 
 # BentoML serves the docs (its /docs merges these routes); FastAPI's own would shadow them.
@@ -144,144 +171,287 @@ app.add_middleware(CountAnswers, routes=lambda: app.openapi()["paths"])  # the d
     tracing=settings.tracing,
 )
 @bentoml.asgi_app(app)
+@serves_each(ENCODERS)
 class TextBento:
-    """The HTTP API and the tokenizer workers; concurrent requests share their calls to the Encoder."""
-
-    encoder = bentoml.depends(Encoder)
-    model = MODEL
+    """The HTTP API and the tokenizer workers; concurrent requests share their calls to each model's Encoder."""
 
     def __init__(self) -> None:
         if not settings.keys():
             logger.warning("no API key configured (TEXTBENTO_API_KEYS): the API is open to anyone who can reach it")
         limit_connections(header_timeout_s=settings.header_timeout_s, keep_alive_s=settings.keep_alive_s)
         forget_dead_processes()  # a SIGKILLed predecessor's requests in flight
-        self.spec = ModelSpec.of(self.model)
-        self.tokenizer = TextTokenizer(self.model.path, self.spec.max_length)
-        self.aliases = {None, self.model.tag.name, str(self.model.tag), self.spec.source}
-        # A lambda: the client grows its ``encode`` method only when its connection first opens.
-        encode = resend_unanswered(lambda token_ids: self.encoder.to_async.encode(token_ids), settings.encoder_attempts)
-        self.encoder_calls = Coalescer(encode, max_items=settings.max_batch_size, in_flight=settings.calls_in_flight)
+        self.models = Catalog([self.served(index) for index in range(len(ENCODERS))])
 
-    async def run(self, texts: list[TextInput], task: str, truncate: bool, param: str) -> tuple[list[Encoded], list[np.ndarray], Timing]:
-        """Check, tokenize off the event loop, then encode; the texts share calls to the Encoder
-        with other requests' texts (``serving/coalesce.py``). Timed for the answer's headers."""
-        if task != self.spec.task:
-            raise APIError(400, "wrong_task", f"the served model {self.model.tag.name!r} does {self.spec.task!r}, not {task!r}")
+    def served(self, index: int) -> ServedModel:
+        """The ``index``-th model as this worker serves it: its tokenizer, and its calls to its Encoder,
+        shared by concurrent requests (``serving/coalesce.py``)."""
+        model = getattr(self, f"model_{index}")
+        spec = ModelSpec.of(model)
+        # Looked up when first used: the client grows its ``encode`` method only when its connection first opens.
+        encoder = lambda: getattr(self, f"encoder_{index}")
+        encode = resend_unanswered(lambda token_ids: encoder().to_async.encode(token_ids), settings.encoder_attempts)
+        return ServedModel(
+            name=model.tag.name,
+            tag=str(model.tag),
+            created=int(model.info.creation_time.timestamp()),
+            spec=spec,
+            tokenizer=TextTokenizer(model.path, spec.max_length),
+            calls=Coalescer(encode, max_items=settings.max_batch_size, in_flight=settings.calls_in_flight),
+            encoder=encoder,
+            aliases=frozenset({model.tag.name, str(model.tag), spec.source} - {""}),
+        )
+
+    async def run(
+        self, model: ServedModel, texts: list[TextInput], truncate: bool, param: str, cut: str = "right"
+    ) -> tuple[list[Encoded], list[np.ndarray], Timing]:
+        """Check, tokenize off the event loop, then encode; the texts share calls to the model's Encoder
+        with other requests' texts. Timed for the answer's headers."""
         check_sizes(texts, param, settings.max_inputs, settings.max_chars)
-        timing = Timing(texts=len(texts))
+        timing = Timing(model=model.name, texts=len(texts))
         try:
             async with asyncio.timeout(settings.timeout_s):
-                encoded = await self.tokenize(texts)
+                encoded = await asyncio.to_thread(model.tokenizer.encode, texts, cut)
                 timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
                 if not truncate:
-                    refuse_truncated(encoded, param, self.spec.max_length)
-                carried = await self.encoder_calls.submit(ids_to_wire([e.ids for e in encoded]))
+                    refuse_truncated(encoded, param, model.spec.max_length)
+                carried = await model.calls.submit(ids_to_wire([e.ids for e in encoded]))
         except TimeoutError:
             raise APIError(504, "timeout", f"not answered within {settings.timeout_s} s", retry_after=1) from None
         timing.encoded, timing.passes = time.time(), [Pass(*forward) for forward in {forward for _, forward in carried}]
         return encoded, rows_from_wire([row for row, _ in carried]), timing
 
-    async def tokenize(self, texts: list[TextInput]) -> list[Encoded]:
-        return await asyncio.to_thread(self.tokenizer.encode, texts)
+    async def embed(
+        self, model: ServedModel, texts: list[str], param: str, *, prompt: str, truncate: bool, dimensions: int | None, cut: str = "right"
+    ) -> tuple[list[np.ndarray], Timing]:
+        """Sentence embeddings of ``texts`` with ``prompt`` before each, cut to ``dimensions``."""
+        check_dimensions(model.spec, dimensions)
+        _, vectors, timing = await self.run(model, [prompt + text for text in texts], truncate, param, cut)
+        return [truncate_dimensions(vector, dimensions, model.spec.normalize) for vector in vectors], timing
 
-    def check_model(self, name: str | None) -> None:
-        if name not in self.aliases:
-            raise APIError(
-                404, "model_not_found", f"model {name!r} is not served here; this server serves {self.model.tag.name!r}", "model"
-            )
+    async def relevance(
+        self,
+        model: ServedModel,
+        query: str,
+        documents: list[str],
+        param: str,
+        *,
+        truncate: bool = True,
+        raw: bool = False,
+        cut: str = "right",
+    ) -> tuple[list[float], Timing]:
+        """Each document's relevance to the query: the cross-encoder's score of the pair (its logit when ``raw``)."""
+        _, logits, timing = await self.run(model, [(query, document) for document in documents], truncate, param, cut)
+        return [float(row[0] if raw else scores(row, model.spec.activation)[0]) for row in logits], timing
 
-    def answer(self, data: list[dict], timing: Timing) -> Response:
+    def answer(self, model: ServedModel, data: list[dict], timing: Timing) -> Response:
         """The list answer of the routes, straight to JSON (``api/responses.py``)."""
-        return self.timed({"object": "list", "data": data, "model": self.model.tag.name, "usage": usage(timing.tokens)}, timing)
+        return self.timed({"object": "list", "data": data, "model": model.name, "usage": usage(timing.tokens)}, timing)
 
-    def timed(self, payload: dict, timing: Timing) -> Response:
+    def timed(self, payload: Any, timing: Timing) -> Response:
         """``payload`` with the timing headers; the request's metrics and spans recorded."""
         timing.answered = time.time()
         telemetry.request(timing)
         return json_response(payload, headers=timing.headers())
 
-    def classifications(self, encoded: list[Encoded], logits: list[np.ndarray], top_k: int | None, raw: bool = False) -> list[dict]:
+    def classifications(
+        self, model: ServedModel, encoded: list[Encoded], logits: list[np.ndarray], top_k: int | None, raw: bool = False
+    ) -> list[dict]:
         """One answer per text: its best label and score, and the ``top_k`` best when asked for."""
         data = []
         for index, (row, e) in enumerate(zip(logits, encoded)):
-            ranked = ranked_labels(row if raw else scores(row, self.spec.activation), self.spec.labels, top_k or 1)
+            ranked = ranked_labels(row if raw else scores(row, model.spec.activation), model.spec.labels, top_k or 1)
             top = [{"label": label, "score": score} for label, score in ranked] if top_k else None
             data.append({"index": index, "label": ranked[0][0], "score": ranked[0][1], "scores": top, "truncated": e.truncated})
         return data
 
+    # textbento's own routes, OpenAI's and Cohere's/Jina's shapes.
+
     @app.post("/v1/classify", response_model=ClassifyResponse, responses=ERROR_RESPONSES)
     async def classify(self, request: ClassifyRequest) -> Response:
-        encoded, logits, timing = await self.run(request.inputs, "classify", request.truncate, "inputs")
-        return self.answer(self.classifications(encoded, logits, request.top_k, request.raw_scores), timing)
+        model = self.models.pick(request.model, "classify")
+        encoded, logits, timing = await self.run(model, request.inputs, request.truncate, "inputs")
+        return self.answer(model, self.classifications(model, encoded, logits, request.top_k, request.raw_scores), timing)
 
     @app.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERROR_RESPONSES)
     async def embeddings(self, request: EmbeddingsRequest) -> Response:
-        self.check_model(request.model)
-        check_dimensions(self.spec, request.dimensions)
-        prompt = prompt_for(self.spec, request.prompt_name, request.prompt)
-        _, vectors, timing = await self.run([prompt + text for text in request.input], "embed", request.truncate, "input")
+        model = self.models.pick(request.model, "embed")
+        prompt = prompt_for(model.spec, request.prompt_name, request.prompt)
+        vectors, timing = await self.embed(
+            model, request.input, "input", prompt=prompt, truncate=request.truncate, dimensions=request.dimensions
+        )
         encode = base64_floats if request.encoding_format == "base64" else np.ndarray.tolist
-        vectors = [truncate_dimensions(vector, request.dimensions, self.spec.normalize) for vector in vectors]
-        return self.answer([{"object": "embedding", "index": i, "embedding": encode(vector)} for i, vector in enumerate(vectors)], timing)
-
-    @app.post("/embed_sparse", response_model=EmbedSparseResponse, responses=ERROR_RESPONSES)
-    async def embed_sparse(self, request: EmbedSparseRequest) -> Response:
-        """SPLADE's sparse vectors in text-embeddings-inference's shape: per text, its non-zero ``{index, value}``."""
-        prompt = prompt_for(self.spec, request.prompt_name, None)
-        _, vectors, timing = await self.run([prompt + text for text in request.inputs], "sparse", request.truncate, "inputs")
-        return self.timed([sparse_entries(vector) for vector in vectors], timing)
+        return self.answer(
+            model, [{"object": "embedding", "index": i, "embedding": encode(vector)} for i, vector in enumerate(vectors)], timing
+        )
 
     @app.post("/v1/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
     async def rerank(self, request: RerankRequest) -> Response:
         """The documents by relevance to the query: each pair scored by the cross-encoder, best first."""
-        self.check_model(request.model)
-        if self.spec.task == "classify" and len(self.spec.labels) != 1:
-            raise APIError(
-                400,
-                "wrong_task",
-                f"the served model {self.model.tag.name!r} has {len(self.spec.labels)} labels; a reranker (cross-encoder) has one",
-                "model",
-            )
-        pairs = [(request.query, document) for document in request.documents]
-        _, logits, timing = await self.run(pairs, "classify", True, "documents")
-        relevance = [float(scores(row, self.spec.activation)[0]) for row in logits]
-        best_first = sorted(range(len(pairs)), key=lambda index: -relevance[index])[: request.top_n]
+        model = self.models.pick(request.model, "rerank")
+        relevance, timing = await self.relevance(model, request.query, request.documents, "documents")
+        best_first = sorted(range(len(relevance)), key=lambda index: -relevance[index])[: request.top_n]
         results = [
-            {"index": i, "relevance_score": relevance[i], **({"document": {"text": pairs[i][1]}} if request.return_documents else {})}
+            {
+                "index": i,
+                "relevance_score": relevance[i],
+                **({"document": {"text": request.documents[i]}} if request.return_documents else {}),
+            }
             for i in best_first
         ]
-        return self.timed({"model": self.model.tag.name, "results": results, "usage": usage(timing.tokens)}, timing)
+        return self.timed({"model": model.name, "results": results, "usage": usage(timing.tokens)}, timing)
 
     @app.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
-    async def models(self) -> ModelList:
-        device = await self.encoder.to_async.device()
-        card = ModelCard(
-            id=self.model.tag.name,
-            created=int(self.model.info.creation_time.timestamp()),
-            tag=str(self.model.tag),
-            task=self.spec.task,
-            labels=list(self.spec.labels),
-            max_length=self.spec.max_length,
-            dimensions=self.spec.dimensions,
-            pooling=self.spec.pooling if self.spec.task == "embed" else None,
-            prompts=self.spec.prompts,
-            default_prompt_name=self.spec.default_prompt_name,
-            source=self.spec.source,
-            **device,
-        )
-        return ModelList(data=[card])
+    async def model_list(self) -> ModelList:
+        devices = await asyncio.gather(*(model.encoder().to_async.device() for model in self.models))
+        return ModelList(data=[card(model, device) for model, device in zip(self.models, devices)])
 
     @app.post("/api/v1/sentiment", response_model=SentimentResponse, responses=ERROR_RESPONSES)
     async def sentiment(self, request: SentimentRequest) -> Response:
-        encoded, logits, timing = await self.run([request.text], "classify", True, "inputs")
-        (answer,) = self.classifications(encoded, logits, None)
+        model = self.models.pick(request.model, "classify")
+        encoded, logits, timing = await self.run(model, [request.text], True, "inputs")
+        (answer,) = self.classifications(model, encoded, logits, None)
         return self.timed({"label": answer["label"], "confidence": answer["score"]}, timing)
+
+    # text-embeddings-inference's routes (api/tei.py), for its clients: huggingface_hub, LangChain, LlamaIndex.
+
+    @app.post("/embed", response_model=tei.EmbedResponse, responses=TEI_ERROR_RESPONSES)
+    async def tei_embed(self, request: tei.EmbedRequest) -> Response:
+        model = self.models.pick(request.model, "embed")
+        prompt = prompt_for(model.spec, request.prompt_name, None)
+        truncate, cut, dimensions = request.truncate is not False, request.truncation_direction, request.dimensions
+        vectors, timing = await self.embed(
+            model, request.inputs, "inputs", prompt=prompt, truncate=truncate, dimensions=dimensions, cut=cut
+        )
+        return self.timed([(l2_normalize(vector) if request.normalize else vector).tolist() for vector in vectors], timing)
+
+    @app.post("/embed_sparse", response_model=tei.EmbedSparseResponse, responses=TEI_ERROR_RESPONSES)
+    async def embed_sparse(self, request: tei.EmbedSparseRequest) -> Response:
+        """SPLADE's sparse vectors: per text, its non-zero ``{index, value}``."""
+        model = self.models.pick(request.model, "sparse")
+        texts = [prompt_for(model.spec, request.prompt_name, None) + text for text in request.inputs]
+        _, vectors, timing = await self.run(model, texts, request.truncate is not False, "inputs", request.truncation_direction)
+        return self.timed([sparse_entries(vector) for vector in vectors], timing)
+
+    @app.post("/predict", response_model=tei.PredictResponse, responses=TEI_ERROR_RESPONSES)
+    async def predict(self, request: tei.PredictRequest) -> Response:
+        """Every label with its score, best first, per input (a text or a pair)."""
+        model = self.models.pick(request.model, "classify")
+        inputs, parameters = request.inputs, request.parameters or tei.ClassificationParameters()
+        _, logits, timing = await self.run(model, inputs.items, request.truncate is not False, "inputs", request.truncation_direction)
+        raw = request.raw_scores or parameters.function_to_apply == "none"
+        activation = parameters.function_to_apply if parameters.function_to_apply in ("sigmoid", "softmax") else model.spec.activation
+        top_k = parameters.top_k or len(model.spec.labels)
+        answers = [
+            [
+                {"score": score, "label": label}
+                for label, score in ranked_labels(row if raw else scores(row, activation), model.spec.labels, top_k)
+            ]
+            for row in logits
+        ]
+        return self.timed(answers if inputs.batch else answers[0], timing)
+
+    @app.post("/rerank", response_model=tei.RerankResponse, responses=TEI_ERROR_RESPONSES)
+    async def tei_rerank(self, request: tei.RerankRequest) -> Response:
+        model = self.models.pick(request.model, "rerank")
+        truncate, cut = request.truncate is not False, request.truncation_direction
+        relevance, timing = await self.relevance(
+            model, request.query, request.texts, "texts", truncate=truncate, raw=request.raw_scores, cut=cut
+        )
+        return self.timed(tei.ranks(relevance, request.texts, request.return_text), timing)
+
+    @app.post("/similarity", response_model=tei.SimilarityResponse, responses=TEI_ERROR_RESPONSES)
+    async def similarity(self, request: tei.SimilarityRequest) -> Response:
+        """The cosine similarity of each sentence to the source sentence."""
+        model = self.models.pick(request.model, "embed")
+        parameters = request.parameters or tei.SimilarityParameters()
+        prompt = prompt_for(model.spec, parameters.prompt_name, None)
+        texts = [request.inputs.source_sentence, *request.inputs.sentences]
+        truncate, cut = parameters.truncate is not False, parameters.truncation_direction
+        vectors, timing = await self.embed(model, texts, "inputs.sentences", prompt=prompt, truncate=truncate, dimensions=None, cut=cut)
+        return self.timed(tei.cosines(vectors[0], vectors[1:]), timing)
+
+    @app.post("/tokenize", response_model=tei.TokenizeResponse, responses=TEI_ERROR_RESPONSES)
+    async def tokenize(self, request: tei.TokenizeRequest) -> Response:
+        """The tokens each input is read as, uncut, with where they lie in it."""
+        model = self.models.named(request.model)
+        texts = [prompt_for(model.spec, request.prompt_name, None) + text for text in request.inputs]
+        check_sizes(texts, "inputs", settings.max_inputs, settings.max_chars)
+        listed = await asyncio.to_thread(model.tokenizer.tokens, texts, request.add_special_tokens)
+        return json_response([[token.__dict__ for token in tokens] for tokens in listed])
+
+    @app.get("/info", response_model=tei.Info, responses=TEI_ERROR_RESPONSES)
+    async def info(self, model: str | None = None) -> tei.Info:
+        """The model (the first served unless ``?model=`` names one) and this server's limits, in TEI's fields."""
+        served = self.models.named(model)
+        device = await served.encoder().to_async.device()
+        return tei.Info(
+            model_id=served.spec.source or served.name,
+            model_sha=served.spec.revision,
+            model_dtype=tei.dtype(device["precision"]),
+            served_model_name=served.name,
+            model_type=tei.model_type(served.spec),
+            max_concurrent_requests=settings.max_concurrency,
+            max_input_length=served.spec.max_length,
+            max_batch_tokens=settings.token_budget,
+            max_batch_requests=settings.max_batch_size,
+            max_client_batch_size=settings.max_inputs,
+            auto_truncate=True,
+            tokenization_workers=settings.api_workers,
+            version=bentoml.__version__,
+        )
+
+    @app.post("/", responses=TEI_ERROR_RESPONSES)
+    async def tei_root(self, body: dict[str, Any] = Body(), model: str | None = None) -> Response:
+        """TEI's root route, by what the model (``model``, else the first served) does: ``/predict`` for a
+        classifier, ``/rerank`` for a reranker, ``/embed_sparse`` for SPLADE, ``/embed`` for an embedder,
+        and ``/similarity`` when an embedder gets a source sentence and sentences (as huggingface_hub's
+        ``sentence_similarity`` sends them). ``?model=`` names the model for clients that cannot put it in
+        the body: ``InferenceClient(model="http://host:3000/?model=classifier")``."""
+        if model is not None:
+            body = {**body, "model": model}
+        served = self.models.named(body.get("model") if isinstance(body.get("model"), str) else None)
+        if served.does("rerank"):
+            return await self.tei_rerank(parse(tei.RerankRequest, body))
+        if served.spec.task == "classify":
+            return await self.predict(parse(tei.PredictRequest, body))
+        if served.spec.task == "sparse":
+            return await self.embed_sparse(parse(tei.EmbedSparseRequest, body))
+        if isinstance(body.get("inputs"), dict):
+            return await self.similarity(parse(tei.SimilarityRequest, body))
+        return await self.tei_embed(parse(tei.EmbedRequest, body))
 
 
 if keys := settings.keys():
-    routes = ("/v1/", "/api/", "/embed_sparse")  # every route that runs the model
-    protected = routes if settings.metrics_public else (*routes, "/metrics")
-    TextBento.add_asgi_middleware(BearerAuth, keys=keys, protected=protected)
+    # Every route that runs a model; the probes stay open, and /metrics unless told otherwise.
+    prefixes = ("/v1/", "/api/") if settings.metrics_public else ("/v1/", "/api/", "/metrics")
+    TextBento.add_asgi_middleware(BearerAuth, keys=keys, prefixes=prefixes, paths=TEI_ROUTES)
+
+
+def card(model: ServedModel, device: dict[str, Any]) -> ModelCard:
+    """A served model's entry in ``/v1/models``: what it is, and how its Encoder serves it."""
+    spec = model.spec
+    return ModelCard(
+        id=model.name,
+        created=model.created,
+        tag=model.tag,
+        task=spec.task,
+        labels=list(spec.labels),
+        max_length=spec.max_length,
+        dimensions=spec.dimensions,
+        pooling=spec.pooling if spec.task == "embed" else None,
+        prompts=spec.prompts,
+        default_prompt_name=spec.default_prompt_name,
+        source=spec.source,
+        **device,
+    )
+
+
+def parse(request_type: type[tei.TEIRequest], body: dict[str, Any]) -> Any:
+    """``body`` as ``request_type``; invalid → the 422 FastAPI's own validation would give."""
+    try:
+        return request_type.model_validate(body)
+    except ValidationError as exc:
+        raise RequestValidationError([{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]) from None
 
 
 def base64_floats(vector: np.ndarray) -> str:

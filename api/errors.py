@@ -1,8 +1,11 @@
-"""One error shape for every failure: ``{"error": {"type", "message", "param"}}``, never a stack trace."""
+"""One error shape for every failure, never a stack trace: ``{"error": {"type", "message", "param"}}``,
+and on text-embeddings-inference's routes TEI's own, ``{"error": message, "error_type": kind}``, which
+its clients (huggingface_hub, LangChain's and LlamaIndex's TEI integrations) read."""
 
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 import aiohttp
 from bentoml.exceptions import BentoMLException
@@ -27,21 +30,32 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-# Declared on every route, so the OpenAPI schema tells clients (and schemathesis) the real shape.
-ERROR_RESPONSES: dict[int | str, dict] = {
-    status: {"model": ErrorBody, "description": description}
-    for status, description in {
-        400: "request the served model cannot do",
-        401: "missing or invalid API key",
-        404: "unknown model name",
-        413: "too many or too long inputs, or body too large",
-        415: "body is not application/json",
-        422: "invalid JSON or invalid fields",
-        429: "too many requests in flight (Retry-After)",
-        503: "runner overloaded or unavailable (Retry-After)",
-        504: "not answered within the timeout (Retry-After)",
-    }.items()
+# TEI's ErrorType names; the status stays textbento's (a 404 for an unknown model, 413 for too much).
+TEIErrorType = Literal["Validation", "Overloaded", "Backend"]
+
+
+class TEIErrorBody(BaseModel):
+    error: str
+    error_type: TEIErrorType
+
+
+TEI_ROUTES = frozenset({"/", "/embed", "/embed_sparse", "/predict", "/rerank", "/similarity", "/tokenize", "/info"})
+
+
+ERRORS = {
+    400: "request the model cannot do",
+    401: "missing or invalid API key",
+    404: "unknown model name",
+    413: "too many or too long inputs, or body too large",
+    415: "body is not application/json",
+    422: "invalid JSON or invalid fields",
+    429: "too many requests in flight (Retry-After)",
+    503: "runner overloaded or unavailable (Retry-After)",
+    504: "not answered within the timeout (Retry-After)",
 }
+# Declared on every route, so the OpenAPI schema tells clients (and schemathesis) the real shape.
+ERROR_RESPONSES: dict[int | str, dict] = {status: {"model": ErrorBody, "description": text} for status, text in ERRORS.items()}
+TEI_ERROR_RESPONSES: dict[int | str, dict] = {status: {"model": TEIErrorBody, "description": text} for status, text in ERRORS.items()}
 
 
 class APIError(Exception):
@@ -53,11 +67,21 @@ class APIError(Exception):
         self.retry_after = retry_after
 
 
-def error_response(error: APIError) -> JSONResponse:
+def error_response(error: APIError, path: str) -> JSONResponse:
+    """The error in the shape of the route at ``path``: TEI's on TEI's routes, textbento's elsewhere."""
     telemetry.rejected(error.type)
     headers = {"Retry-After": str(error.retry_after)} if error.retry_after is not None else None
-    body = ErrorBody(error=ErrorDetail(type=error.type, message=error.message, param=error.param))
-    return JSONResponse(body.model_dump(), status_code=error.status, headers=headers)
+    if path in TEI_ROUTES:
+        body = TEIErrorBody(error=error.message, error_type=tei_error_type(error.status)).model_dump()
+    else:
+        body = ErrorBody(error=ErrorDetail(type=error.type, message=error.message, param=error.param)).model_dump()
+    return JSONResponse(body, status_code=error.status, headers=headers)
+
+
+def tei_error_type(status: int) -> TEIErrorType:
+    if status in (429, 503):
+        return "Overloaded"
+    return "Backend" if status >= 500 else "Validation"
 
 
 def _validation_error(exc: RequestValidationError) -> APIError:
@@ -84,30 +108,31 @@ def _from_dependency(exc: BentoMLException) -> APIError:
 def install_error_handlers(app: FastAPI) -> None:
     """Route every exception a request can raise to ``error_response``."""
 
-    async def on_api_error(_: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc)
+    async def on_api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc, request.url.path)
 
-    async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(_validation_error(exc))
+    async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(_validation_error(exc), request.url.path)
 
-    async def on_http(_: Request, exc: HTTPException) -> JSONResponse:
+    async def on_http(request: Request, exc: HTTPException) -> JSONResponse:
         # FastAPI wraps whatever broke while reading the body in a 400: unwrap it.
         if isinstance(exc.__cause__, APIError):
-            return error_response(exc.__cause__)
+            return error_response(exc.__cause__, request.url.path)
         if isinstance(exc.__cause__, UnicodeDecodeError):
-            return error_response(APIError(422, "invalid_json", "request body is not valid UTF-8 JSON"))
-        return error_response(APIError(exc.status_code, "http_error", str(exc.detail)))
+            return error_response(APIError(422, "invalid_json", "request body is not valid UTF-8 JSON"), request.url.path)
+        return error_response(APIError(exc.status_code, "http_error", str(exc.detail)), request.url.path)
 
-    async def on_dependency(_: Request, exc: BentoMLException) -> JSONResponse:
-        return error_response(_from_dependency(exc))
+    async def on_dependency(request: Request, exc: BentoMLException) -> JSONResponse:
+        return error_response(_from_dependency(exc), request.url.path)
 
-    async def on_runner_unreachable(_: Request, exc: aiohttp.ClientError) -> JSONResponse:
+    async def on_runner_unreachable(request: Request, exc: aiohttp.ClientError) -> JSONResponse:
         logger.error("model runner unreachable: %r", exc)
-        return error_response(APIError(503, "runner_unavailable", "the model runner is unavailable; retry shortly", retry_after=1))
+        error = APIError(503, "runner_unavailable", "the model runner is unavailable; retry shortly", retry_after=1)
+        return error_response(error, request.url.path)
 
-    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error", exc_info=exc)
-        return error_response(APIError(500, "internal_error", "internal error; see the server log"))
+        return error_response(APIError(500, "internal_error", "internal error; see the server log"), request.url.path)
 
     app.add_exception_handler(APIError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation)

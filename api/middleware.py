@@ -17,7 +17,7 @@ logger = logging.getLogger("textbento")
 
 
 async def reject(error: APIError, scope: Scope, receive: Receive, send: Send) -> None:
-    await error_response(error)(scope, receive, send)
+    await error_response(error, scope["path"])(scope, receive, send)
 
 
 def header(scope: Scope, name: bytes) -> str:
@@ -25,15 +25,18 @@ def header(scope: Scope, name: bytes) -> str:
 
 
 class BearerAuth:
-    """``Authorization: Bearer <key>`` on the protected path prefixes; 401 otherwise.
+    """``Authorization: Bearer <key>`` on the protected paths (``prefixes``, and ``paths`` exactly); 401 otherwise.
 
     Keys are compared with ``hmac.compare_digest`` against every configured key, so the time
     taken says nothing about how much of a key matched.
     """
 
-    def __init__(self, app: ASGIApp, keys: Iterable[str], protected: tuple[str, ...]) -> None:
-        self.app, self.protected = app, protected
+    def __init__(self, app: ASGIApp, keys: Iterable[str], prefixes: tuple[str, ...], paths: Iterable[str] = ()) -> None:
+        self.app, self.prefixes, self.paths = app, prefixes, frozenset(paths)
         self.keys = [key.encode() for key in keys]
+
+    def protects(self, path: str) -> bool:
+        return path in self.paths or path.startswith(self.prefixes)
 
     def authorized(self, scope: Scope) -> bool:
         scheme, _, token = header(scope, b"authorization").partition(" ")
@@ -42,7 +45,7 @@ class BearerAuth:
         return scheme.lower() == "bearer" and any(matches)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(self.protected) and not self.authorized(scope):
+        if scope["type"] == "http" and self.protects(scope["path"]) and not self.authorized(scope):
             error = APIError(401, "unauthorized", "missing or invalid API key: send Authorization: Bearer <key>")
             return await reject(error, scope, receive, send)
         await self.app(scope, receive, send)

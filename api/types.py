@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, RootModel, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StringConstraints
 
 
 def _as_list(value: object) -> object:
@@ -54,6 +54,7 @@ class ClassifyRequest(Request):
     """``POST /v1/classify``: one text, or a list of texts and ``[text, text]`` pairs."""
 
     inputs: Inputs
+    model: str | None = None
     top_k: Annotated[int, Field(ge=1)] | None = Field(None, description="also return the k most probable labels with their scores")
     truncate: bool = Field(True, description="cut texts longer than the model's limit (else 413)")
     raw_scores: bool = Field(False, description="logits instead of the model's scores (softmax, or sigmoid per label)")
@@ -111,25 +112,6 @@ class EmbeddingsResponse(BaseModel):
     usage: Usage
 
 
-class EmbedSparseRequest(Request):
-    """``POST /embed_sparse`` in text-embeddings-inference's shape (its ``truncation_direction`` is not supported)."""
-
-    inputs: Texts
-    truncate: bool = Field(True, description="cut texts longer than the model's limit (else 413)")
-    prompt_name: str | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
-
-
-class SparseValue(BaseModel):
-    """One non-zero weight of a sparse vector: its vocabulary id and value."""
-
-    index: int
-    value: float
-
-
-class EmbedSparseResponse(RootModel[list[list[SparseValue]]]):
-    """Per input text, in request order, its non-zero weights by ascending ``index``."""
-
-
 class Fidelity(BaseModel):
     """The served fast graph against fp32 on this machine, measured at start-up (``models.selfcheck``)."""
 
@@ -137,6 +119,7 @@ class Fidelity(BaseModel):
     mean_cosine: float
     probe_texts: int
     seconds: float
+    max_flipped_mass: float | None = None  # sparse models: the most of a text's L1 mass in weights zero on one graph only
     passed: bool
     gates: dict[str, float]
 
@@ -201,6 +184,7 @@ class SentimentRequest(Request):
     """``POST /api/v1/sentiment``: the seed article's route, kept for its clients."""
 
     text: Text
+    model: str | None = None
 
 
 class SentimentResponse(BaseModel):

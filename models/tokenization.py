@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -37,17 +39,58 @@ class TextTokenizer:
     """
 
     def __init__(self, model_dir: str | Path, max_length: int) -> None:
-        self._backend = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
-        self._backend.no_padding()
-        self._backend.enable_truncation(max_length)
+        self.path = str(Path(model_dir) / "tokenizer.json")
         self.max_length = max_length
+        self._backend = self.cutting("right")
 
-    def encode(self, texts: Sequence[TextInput]) -> list[Encoded]:
+    # One tokenizer per way of cutting: truncation is a setting of the tokenizer, not of a call, and
+    # one instance is shared by the threads of every request. The left and uncut ones are rare: made when first asked for.
+    @cache  # noqa: B019 (one per TextTokenizer, as long-lived as it)
+    def cutting(self, direction: Literal["right", "left"] | None) -> Tokenizer:
+        """The tokenizer that cuts texts past ``max_length`` on that side (``None``: never)."""
+        backend = Tokenizer.from_file(self.path)
+        backend.no_padding()
+        if direction is None:
+            backend.no_truncation()
+        else:
+            backend.enable_truncation(self.max_length, direction=direction)
+        return backend
+
+    def encode(self, texts: Sequence[TextInput], cut: Literal["right", "left"] = "right") -> list[Encoded]:
         """Texts and pairs alike; a pair is truncated longest text first, as transformers does."""
         encoded = []
-        for text, encoding in zip(texts, self._backend.encode_batch(list(texts))):
+        for text, encoding in zip(texts, self.cutting(cut).encode_batch(list(texts))):
             ids = np.asarray(encoding.ids, dtype=np.int32)
             if isinstance(text, tuple):
                 ids = with_segments(ids, np.asarray(encoding.type_ids, dtype=np.int32))
             encoded.append(Encoded(ids, bool(encoding.overflowing)))
         return encoded
+
+    def tokens(self, texts: Sequence[str], add_special_tokens: bool) -> list[list[Token]]:
+        """Each text's tokens as text-embeddings-inference's ``/tokenize`` lists them: uncut, with
+        byte offsets into the text; a special token has its own text and no offsets."""
+        listed = []
+        for text, encoding in zip(texts, self.cutting(None).encode_batch(list(texts), add_special_tokens=add_special_tokens)):
+            tokens = []
+            for id_, (start, stop), special, token in zip(encoding.ids, encoding.offsets, encoding.special_tokens_mask, encoding.tokens):
+                if special:
+                    tokens.append(Token(id_, token, True, None, None))
+                else:  # the tokenizer's offsets count characters; TEI's count UTF-8 bytes
+                    first = len(text[:start].encode())
+                    tokens.append(Token(id_, text[start:stop], False, first, first + len(text[start:stop].encode())))
+            listed.append(tokens)
+        return listed
+
+    def decode(self, ids: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]:
+        return self._backend.decode_batch([list(row) for row in ids], skip_special_tokens=skip_special_tokens)
+
+
+@dataclass(frozen=True)
+class Token:
+    """One token of ``/tokenize``: its id, its text, whether it is special, and where it lies in the input (UTF-8 bytes)."""
+
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None

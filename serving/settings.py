@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TEXTBENTO_")
 
     model: str = Field(default_factory=_built_in_model, description="BentoML store tag of the served model")
+    models: str = Field(
+        "", description="comma-separated store tags served together by one server, each by an Encoder of its own; empty: model alone"
+    )
     backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
         "auto", description="inference backend of the runner; auto: onnx fp16 on CUDA, onnx-int8 on CPU, torch without ONNX graphs"
     )
@@ -86,6 +89,20 @@ class Settings(BaseSettings):
         if self.max_latency_ms is None:
             self.max_latency_ms = self.timeout_s * 1000  # shed only what would time out anyway
         return self
+
+    @property
+    def served(self) -> list[str]:
+        """The store tags served, in order: ``models`` when set, else ``model``. The order says which
+        model answers a request that names none (the first one that does the route's task)."""
+        tags = [tag.strip() for tag in self.models.split(",") if tag.strip()] or [self.model]
+        names = [tag.partition(":")[0] for tag in tags]
+        if twice := sorted({name for name in names if names.count(name) > 1}):
+            raise ValueError(f"TEXTBENTO_MODELS names {', '.join(twice)} more than once; serve one version of each model")
+        return tags
+
+    @property
+    def api_workers(self) -> int:
+        return self.workers if isinstance(self.workers, int) else _cpu_count()
 
     @property
     def backstop_timeout_s(self) -> int:

@@ -40,6 +40,7 @@ class Timing:
     tokenized: float = 0.0
     encoded: float = 0.0  # the last of its texts came back from the Encoder
     answered: float = 0.0
+    model: str = ""  # the served model's name
     texts: int = 0
     tokens: int = 0
     passes: list[Pass] = field(default_factory=list)  # the forward passes that carried its texts, each once
@@ -102,26 +103,32 @@ class Telemetry:
             requests=prom.Counter("textbento_requests", "answers by route and HTTP status", ["route", "status"]),
             rejected=prom.Counter("textbento_rejected", "requests turned away, by reason", ["reason"]),
             inflight=prom.Gauge("textbento_inflight_requests", "requests being answered", multiprocess_mode="livesum"),
-            request_tokens=prom.Histogram("textbento_request_tokens", "tokens per request", buckets=TOKENS),
-            request_texts=prom.Histogram("textbento_request_texts", "texts per request", buckets=TEXTS),
-            tokenization=prom.Histogram("textbento_tokenization_seconds", "tokenizing a request", buckets=SECONDS),
+            # Per served model (a label bounded by the configured set): each has its own Encoder and batches.
+            request_tokens=prom.Histogram("textbento_request_tokens", "tokens per request", ["model"], buckets=TOKENS),
+            request_texts=prom.Histogram("textbento_request_texts", "texts per request", ["model"], buckets=TEXTS),
+            tokenization=prom.Histogram("textbento_tokenization_seconds", "tokenizing a request", ["model"], buckets=SECONDS),
             queue=prom.Histogram(
-                "textbento_queue_seconds", "from tokenized to the start of the first forward pass carrying the request", buckets=SECONDS
+                "textbento_queue_seconds",
+                "from tokenized to the start of the first forward pass carrying the request",
+                ["model"],
+                buckets=SECONDS,
             ),
-            inference=prom.Histogram("textbento_inference_seconds", "the forward passes carrying the request", buckets=SECONDS),
-            batch_texts=prom.Histogram("textbento_batch_texts", "texts per forward pass", buckets=TEXTS),
-            batch_padded_tokens=prom.Histogram("textbento_batch_padded_tokens", "padded tokens per forward pass", buckets=TOKENS),
-            padding_ratio=prom.Histogram("textbento_padding_ratio", "padded / real tokens per forward pass", buckets=PADDING),
+            inference=prom.Histogram("textbento_inference_seconds", "the forward passes carrying the request", ["model"], buckets=SECONDS),
+            batch_texts=prom.Histogram("textbento_batch_texts", "texts per forward pass", ["model"], buckets=TEXTS),
+            batch_padded_tokens=prom.Histogram(
+                "textbento_batch_padded_tokens", "padded tokens per forward pass", ["model"], buckets=TOKENS
+            ),
+            padding_ratio=prom.Histogram("textbento_padding_ratio", "padded / real tokens per forward pass", ["model"], buckets=PADDING),
             backend=prom.Gauge(
                 "textbento_backend",
-                "the backend served (1), by name, device and precision",
-                ["backend", "device", "precision"],
+                "the backend served (1), by model, name, device and precision",
+                ["model", "backend", "device", "precision"],
                 multiprocess_mode="livemax",
             ),
             fidelity=prom.Gauge(
                 "textbento_backend_fidelity",
-                "cosine of the served fast graph to fp32 on the start-up probe",
-                ["stat"],
+                "the served fast graph against fp32 on the start-up probe (cosines; sparse models: max flipped mass)",
+                ["model", "stat"],
                 multiprocess_mode="livemax",
             ),
         )
@@ -155,12 +162,12 @@ class Telemetry:
         """An answered request: its sizes and stage times, and a span per stage under BentoML's request span."""
         if not self.enabled:
             return
-        f, first, last = self.families, timing.first_pass, timing.last_pass
-        f.request_texts.observe(timing.texts)
-        f.request_tokens.observe(timing.tokens)
-        f.tokenization.observe(timing.tokenized - timing.started)
-        f.queue.observe(max(0.0, first - timing.tokenized))
-        f.inference.observe(last - first)
+        f, first, last, model = self.families, timing.first_pass, timing.last_pass, timing.model
+        f.request_texts.labels(model).observe(timing.texts)
+        f.request_tokens.labels(model).observe(timing.tokens)
+        f.tokenization.labels(model).observe(timing.tokenized - timing.started)
+        f.queue.labels(model).observe(max(0.0, first - timing.tokenized))
+        f.inference.labels(model).observe(last - first)
         if not self.traced:
             return
         self._span("tokenize", timing.started, timing.tokenized, {"request.texts": timing.texts, "request.tokens": timing.tokens})
@@ -174,24 +181,26 @@ class Telemetry:
     def _span(self, name: str, start: float, end: float, attributes: dict | None = None) -> None:
         self.tracer.start_span(name, start_time=int(start * 1e9), attributes=attributes).end(end_time=int(end * 1e9))
 
-    def backend(self, backend) -> None:
-        """The Encoder's backend as served, and the fidelity its self-check measured (``models.selfcheck``)."""
+    def backend(self, model: str, backend) -> None:
+        """An Encoder's backend as served, and the fidelity its self-check measured (``models.selfcheck``)."""
         if not self.enabled:
             return
-        self.families.backend.labels(backend.name, backend.device, backend.precision).set(1)
+        self.families.backend.labels(model, backend.name, backend.device, backend.precision).set(1)
         if backend.fidelity is not None:
-            self.families.fidelity.labels("min_cosine").set(backend.fidelity.min_cosine)
-            self.families.fidelity.labels("mean_cosine").set(backend.fidelity.mean_cosine)
+            self.families.fidelity.labels(model, "min_cosine").set(backend.fidelity.min_cosine)
+            self.families.fidelity.labels(model, "mean_cosine").set(backend.fidelity.mean_cosine)
+            if backend.fidelity.max_flipped_mass is not None:
+                self.families.fidelity.labels(model, "max_flipped_mass").set(backend.fidelity.max_flipped_mass)
 
-    def passes(self, passes: set[Pass]) -> None:
-        """The Encoder's forward passes (each once, however many texts of it went to how many calls)."""
+    def passes(self, model: str, passes: set[Pass]) -> None:
+        """An Encoder's forward passes (each once, however many texts of it went to how many calls)."""
         if not self.enabled:
             return
         f = self.families
         for p in passes:
-            f.batch_texts.observe(p.texts)
-            f.batch_padded_tokens.observe(p.padded_tokens)
-            f.padding_ratio.observe(p.padded_tokens / max(p.tokens, 1))
+            f.batch_texts.labels(model).observe(p.texts)
+            f.batch_padded_tokens.labels(model).observe(p.padded_tokens)
+            f.padding_ratio.labels(model).observe(p.padded_tokens / max(p.tokens, 1))
 
 
 telemetry = Telemetry(settings.metrics, traced=bool(settings.otlp_endpoint))

@@ -25,7 +25,10 @@ def test_missing_or_wrong_key_gets_401(auth_url, authorization):
     assert response.status_code == 401
     assert response.json()["error"]["type"] == "unauthorized"
     assert requests.get(f"{auth_url}/v1/models", headers=headers, timeout=10).status_code == 401
-    assert requests.post(f"{auth_url}/embed_sparse", json={"inputs": "x"}, headers=headers, timeout=10).status_code == 401
+    for path in ("/embed", "/embed_sparse", "/predict", "/rerank", "/similarity", "/tokenize", "/"):  # TEI's routes, in TEI's shape
+        refused = requests.post(f"{auth_url}{path}", json={"inputs": "x"}, headers=headers, timeout=10)
+        assert refused.status_code == 401 and refused.json()["error_type"] == "Validation", (path, refused.text)
+    assert requests.get(f"{auth_url}/info", headers=headers, timeout=10).status_code == 401
 
 
 @pytest.mark.parametrize("key", KEYS)

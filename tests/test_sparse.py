@@ -18,11 +18,14 @@ from sentence_transformers import SparseEncoder
 from transformers import BertForMaskedLM
 
 from bench.testmodels import build_splade, build_tiny_bert
+from models.backends import load_backend, onnx_backend
 from models.detection import UnsupportedModel
+from models.selfcheck import MAX_FLIPPED_MASS, MEAN_COSINE, MIN_COSINE
 from models.spec import ModelSpec
 from models.store import import_model
 from tests.conftest import served
 from tests.reference import backend_outputs
+from tests.test_selfcheck import drop_small_weights
 
 TEXTS = ["a short one", "ok", "The quick brown fox jumps over the lazy dog, twice.", "Émojis 🙂 and déjà vu, naïve café."]
 
@@ -69,6 +72,29 @@ def test_the_graph_pools_inside_so_only_rows_of_the_vocabulary_leave_it(tiny_mlm
     (output,) = onnx.load(str(Path(stored.path) / "onnx" / "model.onnx"), load_external_data=False).graph.output
     dims = [dim.dim_param or dim.dim_value for dim in output.type.tensor_type.shape.dim]
     assert (output.name, dims) == ("sparse_embedding", ["batch", 30522])
+
+
+def test_auto_serves_the_int8_graph_only_through_the_flip_gate(tiny_mlm, tmp_path, monkeypatch):
+    """The stored int8 graph passes here; one that also drops the small weights holding 1% of each
+    text's L1 mass stays within the cosine gates, which is why sparse models have a gate of their own."""
+    splade(tiny_mlm, tmp_path / "splade")
+    stored = bentoml.models.get(import_model(tmp_path / "splade", name="splade-auto"))
+    spec = ModelSpec.of(stored)
+    backend = load_backend("auto", stored.path, spec, 2)
+    assert (backend.name, backend.fidelity.passed) == ("onnx-int8", True), backend.fidelity
+    assert backend.fidelity.max_flipped_mass <= MAX_FLIPPED_MASS
+
+    forward = onnx_backend.OnnxBackend.forward
+
+    def dropping(self, *batch):
+        rows = forward(self, *batch)
+        return drop_small_weights(rows, 0.01) if self.precision.startswith("int8") else rows
+
+    monkeypatch.setattr(onnx_backend.OnnxBackend, "forward", dropping)
+    backend = load_backend("auto", stored.path, spec, 2)
+    assert (backend.name, backend.precision, backend.fidelity.passed) == ("onnx", "fp32", False), backend.fidelity
+    assert backend.fidelity.min_cosine >= MIN_COSINE and backend.fidelity.mean_cosine >= MEAN_COSINE
+    assert backend.fidelity.max_flipped_mass > MAX_FLIPPED_MASS
 
 
 def rewrite_modules(directory: Path, modules: list[dict]) -> None:
@@ -139,7 +165,9 @@ def test_embed_sparse_served_for_real_in_teis_shape(tiny_mlm, tmp_path, logs):
         answered[indices] = [entry["value"] for entry in entries]
         # The library's non-zero ids, values within 1e-5 (a weight within 1e-5 of zero may be zero on one side only).
         assert np.abs(answered - row).max() <= 1e-5 and len(indices) >= 0.9 * np.count_nonzero(row)
-    assert no_prompt.status_code == 400 and no_prompt.json()["error"]["param"] == "prompt_name", no_prompt.text
-    for response, task in ((wrong, "'sparse', not 'embed'"), (not_sparse, "'embed', not 'sparse'")):
-        assert response.status_code == 400, response.text
-        assert response.json()["error"]["type"] == "wrong_task" and task in response.json()["error"]["message"]
+    # /embed_sparse is TEI's route: TEI's error shape, which its clients read.
+    assert no_prompt.status_code == 400 and no_prompt.json()["error_type"] == "Validation" and "prompt_name" in no_prompt.text
+    assert wrong.status_code == 400 and wrong.json()["error"]["type"] == "wrong_task", wrong.text
+    assert not_sparse.status_code == 400 and not_sparse.json()["error_type"] == "Validation", not_sparse.text
+    for response, message in ((wrong, wrong.json()["error"]["message"]), (not_sparse, not_sparse.json()["error"])):
+        assert "does 'embed'" in message and "does 'sparse'" in message, response.text

@@ -22,7 +22,7 @@ def test_metrics_off_records_nothing():
     telemetry.answered("/v1/embeddings", 200)
     telemetry.rejected("timeout")
     telemetry.request(timing)
-    telemetry.passes(set(timing.passes))
+    telemetry.passes("minilm", set(timing.passes))
     with telemetry.in_flight():
         pass
     assert "families" not in vars(telemetry) and "tracer" not in vars(telemetry)  # never even created

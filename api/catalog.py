@@ -1,0 +1,88 @@
+"""The models one server serves, and which of them answers a request.
+
+A request names its model (``model``: the store name, the full tag, or the Hugging Face id it was
+imported from) or names none; then the first served model that does the route's task answers, in
+the order of ``TEXTBENTO_MODELS``. An unknown name is a 404 listing what is served; a model that
+cannot do the route's task is a 400 ``wrong_task``, so a client never gets one model's kind of
+answer from a route meant for another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from models.spec import ModelSpec
+from models.tokenization import TextTokenizer
+
+from .errors import APIError
+
+# What a route asks of a model: a reranker is a classifier with one label (a cross-encoder's score).
+Need = Literal["embed", "sparse", "classify", "rerank"]
+
+
+@dataclass
+class ServedModel:
+    """One served model as an API worker holds it: what it is, its tokenizer, and its way to its Encoder."""
+
+    name: str
+    tag: str
+    created: int
+    spec: ModelSpec
+    tokenizer: TextTokenizer
+    calls: Any  # serving.coalesce.Coalescer of this model's Encoder calls
+    encoder: Any  # the Encoder's client, for its card
+    aliases: frozenset[str] = field(default_factory=frozenset)
+
+    def does(self, need: Need) -> bool:
+        if need == "rerank":
+            return self.spec.task == "classify" and len(self.spec.labels) == 1
+        return self.spec.task == need
+
+    def kind(self) -> str:
+        """What it does, as a 400 names it: ``'embed'``, ``'sparse'``, ``'rerank'`` or ``'classify' (n labels)``."""
+        if self.spec.task == "classify":
+            return "'rerank'" if len(self.spec.labels) == 1 else f"'classify' ({len(self.spec.labels)} labels)"
+        return repr(self.spec.task)
+
+
+class Catalog(Sequence[ServedModel]):
+    """The served models in their configured order."""
+
+    def __init__(self, models: list[ServedModel]) -> None:
+        self.models = models
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self.models[index]
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def __iter__(self) -> Iterator[ServedModel]:
+        return iter(self.models)
+
+    def served(self) -> str:
+        return "; ".join(f"{model.name!r}, which does {model.kind()}" for model in self.models)
+
+    def named(self, name: str | None) -> ServedModel:
+        """The model ``name`` names (404 if none does); the first served when ``name`` is None."""
+        if name is None:
+            return self.models[0]
+        found = next((model for model in self.models if name in model.aliases), None)
+        if found is None:
+            raise APIError(404, "model_not_found", f"model {name!r} is not served here; this server serves {self.served()}", "model")
+        return found
+
+    def pick(self, name: str | None, need: Need) -> ServedModel:
+        """The model that answers a route that needs ``need``: the one named, else the first that does it
+        (for ``classify``, the first classifier before the first reranker, which a route may also read pairs with)."""
+        if name is not None:
+            found = self.named(name)
+            if not found.does(need):
+                raise APIError(400, "wrong_task", f"model {found.name!r} does {found.kind()}, not {need!r}", "model")
+            return found
+        able = sorted((model for model in self.models if model.does(need)), key=lambda model: model.does("rerank"))
+        if not able:
+            raise APIError(400, "wrong_task", f"no model served here does {need!r}; this server serves {self.served()}", "model")
+        return able[0]
