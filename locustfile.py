@@ -1,16 +1,17 @@
 """Realistic traffic for a running textbento (``make loadtest``; ``locust -f locustfile.py`` for the web UI).
 
-A server serves one model, which does one task, so each user reads ``GET /v1/models`` first and
-keeps only that task's traffic: batched OpenAI-shape embeddings, SPLADE sparse vectors, or single-text classification
-(and its sentiment alias). Texts are mostly short, some up to the model's ``max_length`` and one
-in ten past it, so truncation and padding cost what they cost in production. About one request
-in twelve is deliberately bad (a wrong task among them); it counts as a success only when it gets
-its documented 4xx with the JSON error shape.
+A server serves one model or several (``TEXTBENTO_MODELS``), each doing one task, so each user
+reads ``GET /v1/models`` first and keeps the traffic of the tasks served: batched OpenAI-shape
+embeddings, SPLADE sparse vectors, reranking, single-text classification (and its sentiment
+alias), each request naming a model that does it. Texts are mostly short, some up to the model's
+``max_length`` and one in ten past it, so truncation and padding cost what they cost in
+production. About one request in twelve is deliberately bad (a wrong task among them); it counts
+as a success only when it gets its documented 4xx with the route's JSON error shape.
 
 Environment: ``LOCUST_HOST`` and every other ``LOCUST_*`` option (Locust's own);
 ``TEXTBENTO_API_KEY``, sent as a bearer token (for a gateway or BentoCloud in front);
 ``TEXTBENTO_RAMP=<peak users>`` for the stepped ramp below instead of ``-u``/``-r``.
-Tags, for ``--tags``/``--exclude-tags``: embeddings, classify, sentiment, models, errors.
+Tags, for ``--tags``/``--exclude-tags``: embeddings, sparse, classify, rerank, sentiment, models, errors.
 """
 
 from __future__ import annotations
@@ -92,18 +93,26 @@ def served(model_task: str) -> Callable:
 
 
 def is_error(answer: dict[str, Any]) -> bool:
-    return {"type", "message", "param"} <= answer.get("error", {}).keys()
+    """textbento's error shape, or text-embeddings-inference's on its routes (``/embed_sparse``)."""
+    error = answer.get("error")
+    return {"type", "message", "param"} <= error.keys() if isinstance(error, dict) else bool(error and answer.get("error_type"))
+
+
+def kinds(card: dict[str, Any]) -> set[str]:
+    """What a model does: its task, and reranking for a one-label classifier (a cross-encoder)."""
+    return {card["task"]} | ({"rerank"} if card["task"] == "classify" and len(card["labels"]) == 1 else set())
 
 
 def bad_requests(card: dict[str, Any]) -> list[tuple[str, str, dict[str, Any], int]]:
-    """(what, path, body, expected status): careless clients of a model like ``card``."""
+    """(what, path, body, expected status): careless clients of a model like ``card``, which they name."""
     path, field = ROUTES[card["task"]]
     other_path, other_field = next(route for name, route in ROUTES.items() if name != card["task"])
+    model = {"model": card["id"]}
     return [
-        ("empty list", path, {field: []}, 422),
-        ("unknown field", path, {field: "hello", "temperature": 0.5}, 422),
-        ("too long, truncate false", path, {field: "word " * (card["max_length"] + 16), "truncate": False}, 413),
-        ("wrong task", other_path, {other_field: "hello"}, 400),
+        ("empty list", path, {field: [], **model}, 422),
+        ("unknown field", path, {field: "hello", "temperature": 0.5, **model}, 422),
+        ("too long, truncate false", path, {field: "word " * (card["max_length"] + 16), "truncate": False, **model}, 413),
+        ("wrong task", other_path, {other_field: "hello", **model}, 400),
     ]
 
 
@@ -115,16 +124,22 @@ class TextBentoClient(FastHttpUser):
     default_headers = {"Authorization": f"Bearer {API_KEY}"} if API_KEY else None
 
     def on_start(self) -> None:
-        """Reads the served model, then keeps only its tasks (Locust has already applied --tags)."""
+        """Reads the served models, then keeps only the tasks they do (Locust has already applied --tags)."""
         response = self.client.get("/v1/models")
         if response.status_code != 200:  # counted as a failure already; no model card, no traffic
             raise StopUser
-        self.card = response.json()["data"][0]
-        self.bad = bad_requests(self.card)
-        kinds = {self.card["task"]} | ({"rerank"} if self.card["task"] == "classify" and len(self.card["labels"]) == 1 else set())
-        self.tasks = [t for t in self.tasks if getattr(t, "model_task", self.card["task"]) in kinds]
+        cards = response.json()["data"]
+        self.doing = {kind: [card for card in cards if kind in kinds(card)] for kind in ("embed", "sparse", "classify", "rerank")}
+        self.bad = [bad for card in cards for bad in bad_requests(card)]
+        self.tasks = [t for t in self.tasks if not hasattr(t, "model_task") or self.doing[t.model_task]]
+
+    def model(self, kind: str) -> dict[str, Any]:
+        """A served model that does ``kind``, its card; the request names it."""
+        self.card = random.choice(self.doing[kind])
+        return self.card
 
     def text(self) -> str:
+        """A text for the model last chosen."""
         limit = self.card["max_length"]
         low, high = random.choices([(3, 30), (30, limit), (limit, limit + 64)], weights=[7, 2, 1])[0]
         return " ".join(random.choices(WORDS, k=random.randint(low, high)))
@@ -143,37 +158,43 @@ class TextBentoClient(FastHttpUser):
     @served("embed")
     @task(10)
     def embeddings(self) -> None:
+        model = self.model("embed")
         texts = [self.text() for _ in range(random.randint(2, 16))]
-        body = {"input": texts, "model": self.card["id"], "encoding_format": random.choice(["float", "base64"])}
+        body = {"input": texts, "model": model["id"], "encoding_format": random.choice(["float", "base64"])}
         self.post("/v1/embeddings", body, check=lambda answer: len(answer["data"]) == len(texts))
 
     @tag("sparse")
     @served("sparse")  # SPLADE
     @task(10)
     def embed_sparse(self) -> None:
+        model = self.model("sparse")
         texts = [self.text() for _ in range(random.randint(2, 16))]
         check = lambda answer: len(answer) == len(texts) and all(entry["value"] > 0 for vector in answer for entry in vector)
-        self.post("/embed_sparse", {"inputs": texts}, check=check)
+        self.post("/embed_sparse", {"inputs": texts, "model": model["id"]}, check=check)
 
     @tag("classify")
     @served("classify")
     @task(8)
     def classify(self) -> None:
-        self.post("/v1/classify", {"inputs": self.text(), "top_k": 2}, check=lambda answer: len(answer["data"]) == 1)
+        model = self.model("classify")
+        body = {"inputs": self.text(), "top_k": 2, "model": model["id"]}
+        self.post("/v1/classify", body, check=lambda answer: len(answer["data"]) == 1 and answer["model"] == model["id"])
 
     @tag("rerank")
     @served("rerank")  # a one-logit cross-encoder
     @task(6)
     def rerank(self) -> None:
+        model = self.model("rerank")
         documents = [self.text() for _ in range(random.randint(2, 32))]
-        body = {"query": self.text(), "documents": documents, "top_n": 5}
+        body = {"query": self.text(), "documents": documents, "top_n": 5, "model": model["id"]}
         self.post("/v1/rerank", body, check=lambda answer: len(answer["results"]) == min(5, len(documents)))
 
     @tag("sentiment")
     @served("classify")
     @task(2)
     def sentiment(self) -> None:
-        self.post("/api/v1/sentiment", {"text": self.text()}, check=lambda answer: answer["label"] in self.card["labels"])
+        model = self.model("classify")
+        self.post("/api/v1/sentiment", {"text": self.text(), "model": model["id"]}, check=lambda answer: answer["label"] in model["labels"])
 
     @tag("models")
     @task(1)

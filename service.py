@@ -156,7 +156,7 @@ def serves_each(encoders: list[bentoml.Service]):
 # BentoML serves the docs (its /docs merges these routes); FastAPI's own would shadow them.
 app = FastAPI(title="textbento", docs_url=None, redoc_url=None, openapi_url=None)
 install_error_handlers(app)
-app.add_middleware(AdmissionLimit, limit=settings.max_concurrency)
+app.add_middleware(AdmissionLimit, limit=settings.max_concurrency * len(ENCODERS))  # and per model: ServedModel.admitted
 app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
 app.add_middleware(JsonBodyOnly)
 app.add_middleware(CountAnswers, routes=lambda: app.openapi()["paths"])  # the declared routes
@@ -199,6 +199,7 @@ class TextBento:
             calls=Coalescer(encode, max_items=settings.max_batch_size, in_flight=settings.calls_in_flight),
             encoder=encoder,
             aliases=frozenset({model.tag.name, str(model.tag), spec.source} - {""}),
+            max_in_flight=settings.max_concurrency,
         )
 
     async def run(
@@ -209,12 +210,13 @@ class TextBento:
         check_sizes(texts, param, settings.max_inputs, settings.max_chars)
         timing = Timing(model=model.name, texts=len(texts))
         try:
-            async with asyncio.timeout(settings.timeout_s):
-                encoded = await asyncio.to_thread(model.tokenizer.encode, texts, cut)
-                timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
-                if not truncate:
-                    refuse_truncated(encoded, param, model.spec.max_length)
-                carried = await model.calls.submit(ids_to_wire([e.ids for e in encoded]))
+            with model.admitted():
+                async with asyncio.timeout(settings.timeout_s):
+                    encoded = await asyncio.to_thread(model.tokenizer.encode, texts, cut)
+                    timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
+                    if not truncate:
+                        refuse_truncated(encoded, param, model.spec.max_length)
+                    carried = await model.calls.submit(ids_to_wire([e.ids for e in encoded]))
         except TimeoutError:
             raise APIError(504, "timeout", f"not answered within {settings.timeout_s} s", retry_after=1) from None
         timing.encoded, timing.passes = time.time(), [Pass(*forward) for forward in {forward for _, forward in carried}]

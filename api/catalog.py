@@ -10,6 +10,7 @@ answer from a route meant for another.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,11 +35,26 @@ class ServedModel:
     calls: Any  # serving.coalesce.Coalescer of this model's Encoder calls
     encoder: Any  # the Encoder's client, for its card
     aliases: frozenset[str] = field(default_factory=frozenset)
+    # Admission per model: a slow or restarting model fills its own share of a worker, not the others'.
+    max_in_flight: int = 512
+    in_flight: int = 0
 
     def does(self, need: Need) -> bool:
         if need == "rerank":
             return self.spec.task == "classify" and len(self.spec.labels) == 1
         return self.spec.task == need
+
+    @contextmanager
+    def admitted(self) -> Iterator[None]:
+        """One request of this model in flight in this worker; 429 past ``max_in_flight``."""
+        if self.in_flight >= self.max_in_flight:
+            message = f"over {self.max_in_flight} requests in flight for model {self.name!r}; retry shortly"
+            raise APIError(429, "too_many_requests", message, retry_after=1)
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
 
     def kind(self) -> str:
         """What it does, as a 400 names it: ``'embed'``, ``'sparse'``, ``'rerank'`` or ``'classify' (n labels)``."""

@@ -65,7 +65,7 @@ class Settings(BaseSettings):
         10.0, gt=0, description="a connection whose request headers are not complete this long after its first byte is closed"
     )
     keep_alive_s: float = Field(5.0, gt=0, description="an idle client connection is closed after this long")
-    max_concurrency: int = Field(512, ge=1, description="requests in flight per API worker (more → 429)")
+    max_concurrency: int = Field(512, ge=1, description="requests in flight per API worker and served model (more → 429)")
     api_keys: str = Field("", description="comma-separated bearer keys; empty → no authentication")
     api_keys_file: str = Field("", description="file with one bearer key per line, added to api_keys")
     metrics_public: bool = Field(True, description="whether /metrics stays open when keys are set")

@@ -1,5 +1,5 @@
 """locustfile.py, run headless by Locust against real served instances: every request answered as
-expected (documented 4xx included), and only the served model's task traffic sent."""
+expected (documented 4xx included), and only the served models' tasks' traffic sent."""
 
 from __future__ import annotations
 
@@ -14,22 +14,24 @@ from tests.conftest import served
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = str(Path(sys.executable).with_name("locust"))
-# (model fixture, the served task's route, the other task's route)
+# (model fixtures, the served tasks' routes, a route no served model does)
 MODELS = [
-    ("embed_tag", "/v1/embeddings", "/v1/classify"),
-    ("classify_tag", "/v1/classify", "/v1/embeddings"),
-    ("cross_encoder_tag", "/v1/rerank", "/v1/embeddings"),
-    ("sparse_tag", "/embed_sparse", "/v1/embeddings"),
+    (["embed_tag"], ["/v1/embeddings"], "/v1/classify"),
+    (["classify_tag"], ["/v1/classify"], "/v1/embeddings"),
+    (["cross_encoder_tag"], ["/v1/rerank"], "/v1/embeddings"),
+    (["sparse_tag"], ["/embed_sparse"], "/v1/embeddings"),
+    (["embed_tag", "cross_encoder_tag", "classify_tag"], ["/v1/embeddings", "/v1/rerank", "/v1/classify"], "/embed_sparse"),
 ]
 
 
-@pytest.fixture(scope="module", params=MODELS, ids=["embed", "classify", "rerank", "sparse"])
+@pytest.fixture(scope="module", params=MODELS, ids=["embed", "classify", "rerank", "sparse", "several"])
 def server(request, logs):
     """A server of its own, not the shared ``embed_url``: BentoML's batcher sheds by a latency per call
     learnt from recent batches, and after this mix of long many-text calls the shared server answered
     hundreds of test_overload's one-text calls with 503 (measured in the full suite)."""
-    tag, own, other = request.param
-    with served(request.getfixturevalue(tag), logs, f"locust-{tag}") as running:
+    fixtures, own, other = request.param
+    tags = [request.getfixturevalue(fixture) for fixture in fixtures]
+    with served(tags[0], logs, f"locust-{request.param_index}", TEXTBENTO_MODELS=",".join(tags)) as running:
         yield running.url, own, other
 
 
@@ -49,5 +51,5 @@ def test_locust_traffic_gets_the_expected_answers(server, tmp_path):
     stats = run_locust(url, tmp_path)
     total = stats.pop("Aggregated")
     assert int(total["Request Count"]) > 0 and int(total["Failure Count"]) == 0
-    assert int(stats[own]["Request Count"]) > 0
+    assert all(int(stats[route]["Request Count"]) > 0 for route in own), {route: stats.get(route) for route in own}
     assert other not in stats  # the other task's route only gets the bad "wrong task" request, named apart

@@ -1,0 +1,68 @@
+"""api.catalog without a server: which served model answers a request, and admission per model."""
+
+import pytest
+
+from api.catalog import Catalog, ServedModel
+from api.errors import APIError
+from models.spec import ModelSpec
+
+
+def model(name: str, task: str, labels: tuple[str, ...] = (), source: str = "") -> ServedModel:
+    spec = ModelSpec(task=task, max_length=128, labels=labels, source=source)
+    tag = f"{name}:v1"
+    return ServedModel(
+        name, tag, 0, spec, tokenizer=None, calls=None, encoder=None, aliases=frozenset({name, tag, source} - {""}), max_in_flight=2
+    )
+
+
+CATALOG = Catalog(
+    [
+        model("embedder", "embed", source="org/embedder"),
+        model("reranker", "classify", ("score",)),
+        model("classifier", "classify", ("negative", "positive")),
+        model("splade", "sparse"),
+    ]
+)
+
+
+def refusal(name, need) -> APIError:
+    with pytest.raises(APIError) as refused:
+        CATALOG.pick(name, need)
+    return refused.value
+
+
+def test_without_a_name_the_first_model_that_does_the_task_answers():
+    assert [CATALOG.pick(None, need).name for need in ("embed", "rerank", "classify", "sparse")] == [
+        "embedder",
+        "reranker",
+        "classifier",  # listed after the reranker, yet a classifier comes first for classify
+        "splade",
+    ]
+    assert CATALOG.named(None).name == "embedder"
+
+
+def test_a_model_is_named_by_its_name_tag_or_source():
+    assert {CATALOG.pick(name, "embed").name for name in ("embedder", "embedder:v1", "org/embedder")} == {"embedder"}
+    assert CATALOG.pick("reranker", "classify").name == "reranker"  # a cross-encoder reads pairs on the classify routes
+
+
+def test_unknown_and_wrong_models_are_refused_naming_what_is_served():
+    unknown = refusal("gpt-4", "embed")
+    assert (unknown.status, unknown.type, unknown.param) == (404, "model_not_found", "model")
+    assert "'embedder', which does 'embed'; 'reranker', which does 'rerank'" in unknown.message
+    wrong = refusal("classifier", "rerank")
+    assert (wrong.status, wrong.type) == (400, "wrong_task") and "does 'classify' (2 labels), not 'rerank'" in wrong.message
+    none = Catalog([CATALOG[0]])
+    with pytest.raises(APIError, match="no model served here does 'sparse'"):
+        none.pick(None, "sparse")
+
+
+def test_admission_is_per_model():
+    embedder, classifier = CATALOG[0], CATALOG[2]
+    with embedder.admitted(), embedder.admitted():
+        with pytest.raises(APIError) as refused, embedder.admitted():
+            pass
+        assert refused.value.status == 429 and "'embedder'" in refused.value.message and refused.value.retry_after == 1
+        with classifier.admitted():  # the other model still admits
+            assert classifier.in_flight == 1
+    assert embedder.in_flight == classifier.in_flight == 0
