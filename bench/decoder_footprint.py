@@ -69,7 +69,9 @@ def peak_rss_mib() -> float:
 
 
 def mib(path: Path) -> float:
-    return round(sum(file.stat().st_size for file in path.rglob("*") if file.is_file()) / 2**20, 1)
+    """A file's size, or everything under a directory."""
+    files = path.rglob("*") if path.is_dir() else [path]
+    return round(sum(file.stat().st_size for file in files if file.is_file()) / 2**20, 1)
 
 
 def as_qwen3_embedding(directory: Path, hidden_size: int) -> None:
@@ -111,6 +113,8 @@ def import_shape(size: str) -> dict:
         "import_peak_rss_mib": peak_rss_mib(),
         "stored_mib": mib(Path(stored.path)),
         "onnx_mib": mib(Path(stored.path) / "onnx"),
+        # A graph past protobuf's 2 GiB keeps its weights in a side file (``models.onnx_layout``): which ones did.
+        "onnx_files_mib": {file.name: mib(file) for file in sorted((Path(stored.path) / "onnx").glob("*"))},
         "onnx": stored.info.metadata.get("onnx"),
         "onnx_error": stored.info.metadata.get("onnx_error"),
     }

@@ -43,10 +43,11 @@ def is_decoder(config: PretrainedConfig) -> bool:
 
     BERT-likes also have a causal-LM head in transformers; they count as encoders unless built as decoders.
     """
-    if config.is_encoder_decoder:
+    if getattr(config, "is_encoder_decoder", False):
         return False
     causal_only = config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
-    return bool(config.is_decoder) or causal_only
+    # transformers 5 keeps ``is_decoder`` only on the configs that use it (bench/results/stack-transformers5.json).
+    return bool(getattr(config, "is_decoder", False)) or causal_only
 
 
 def detect_task(config: PretrainedConfig, override: str = "auto") -> Task:

@@ -2,7 +2,9 @@
 
 Everything lands in ``<model dir>/onnx/`` (``models.onnx_layout``): ``model.onnx`` (fp32),
 ``model-int8.onnx`` (per-token dynamic int8 of it, ``models.quantize``) and ``model-fp16.onnx``
-(fp16 weights and compute, float32 output, for CUDA).
+(fp16 weights and compute, float32 output, for CUDA). A graph whose weights are too large for one
+protobuf (past ``SINGLE_FILE_LIMIT``, 1,920 MiB: a Qwen3-0.6B's fp32 graph) keeps them in one side file
+beside it, ``<graph>.data``.
 
 Every graph takes ``input_ids`` and ``attention_mask`` (int64, ``[batch, sequence]``, both axes
 dynamic) and has one output: ``logits`` ``[batch, labels]`` for classifiers, ``last_hidden_state``
@@ -21,16 +23,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from unittest import mock
 
+import onnx
 import torch
 
 from .heads import SpladeEncoder, model_class
-from .onnx_layout import FP16, FP32, INPUTS, INT8, TOKEN_TYPES, onnx_dir
-from .quantize import quantize_fp16, quantize_int8
+from .onnx_layout import FP16, FP32, INPUTS, INT8, SINGLE_FILE_LIMIT, TOKEN_TYPES, onnx_dir
+from .quantize import quantize_fp16, quantize_int8, save_graph
 from .spec import ModelSpec
 
 progress = logging.getLogger("textbento.import")
@@ -105,7 +109,7 @@ def exported_module(model: torch.nn.Module, spec: ModelSpec) -> torch.nn.Module:
     return SpladeEncoder(model, spec) if spec.task == "sparse" else SingleOutput(model, output_name(spec))
 
 
-def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
+def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_file_limit: int = SINGLE_FILE_LIMIT) -> Path:
     """The fp32 ONNX graph of the ``save_pretrained`` model in ``model_dir``, with dynamic batch and sequence.
 
     The TorchScript exporter (``dynamo=False``), with eager attention. It is deprecated in torch
@@ -128,20 +132,24 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     # In eval mode for good: the exporter puts a module back in the mode it found it in, dropout included.
     module = exported_module(model, spec).eval()
-    with warnings.catch_warnings(), torch.no_grad(), traceable_masks():
-        warnings.simplefilter("ignore")  # export-time deprecation chatter from torch and transformers
-        torch.onnx.export(
-            module,
-            examples,
-            str(target),
-            dynamo=False,
-            input_names=list(inputs),
-            output_names=[output_name(spec)],
-            dynamic_axes=axes,
-            opset_version=17,
-        )
-    check_traced(module, target, spec)
-    return target
+    # Past 2 GiB the exporter writes the weights to files of its own naming beside the graph: written
+    # aside, then saved as the other graphs are (``save_graph``), in one file or with one side file.
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as scratch:
+        traced = Path(scratch) / target.name
+        with warnings.catch_warnings(), torch.no_grad(), traceable_masks():
+            warnings.simplefilter("ignore")  # export-time deprecation chatter from torch and transformers
+            torch.onnx.export(
+                module,
+                examples,
+                str(traced),
+                dynamo=False,
+                input_names=list(inputs),
+                output_names=[output_name(spec)],
+                dynamic_axes=axes,
+                opset_version=17,
+            )
+        check_traced(module, traced, spec)
+        return save_graph(onnx.load(str(traced)), target, single_file_limit)
 
 
 class UntraceableModel(RuntimeError):
@@ -185,12 +193,15 @@ def check_traced(module: torch.nn.Module, graph: Path, spec: ModelSpec) -> None:
             )
 
 
-def export_model(model_dir: str | Path, spec: ModelSpec) -> list[Path]:
-    """Writes the fp32, int8 and fp16 graphs into ``<model_dir>/onnx/``; returns their paths."""
+def export_model(model_dir: str | Path, spec: ModelSpec, *, single_file_limit: int = SINGLE_FILE_LIMIT) -> list[Path]:
+    """Writes the fp32, int8 and fp16 graphs into ``<model_dir>/onnx/``; returns their paths.
+
+    Each graph whose weights pass ``single_file_limit`` bytes keeps them in its side file (``models.onnx_layout``).
+    """
     directory = onnx_dir(model_dir)
     progress.info("exporting the fp32 ONNX graph")
-    fp32 = export_fp32(model_dir, spec, directory / FP32)
+    fp32 = export_fp32(model_dir, spec, directory / FP32, single_file_limit=single_file_limit)
     progress.info("quantizing to per-token int8 (CPU)")
-    int8 = quantize_int8(fp32, directory / INT8)
+    int8 = quantize_int8(fp32, directory / INT8, single_file_limit=single_file_limit)
     progress.info("converting to fp16 (CUDA)")
-    return [fp32, int8, quantize_fp16(fp32, directory / FP16)]
+    return [fp32, int8, quantize_fp16(fp32, directory / FP16, single_file_limit=single_file_limit)]

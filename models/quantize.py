@@ -22,11 +22,14 @@ leaving Q/K/V in fp32 is more accurate (min 0.996) but 20% slower.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from .onnx_layout import SINGLE_FILE_LIMIT, external_data
 
 # GELU fused, or decomposed as exported (x · 0.5 · (1 + erf(x / √2))): its output is one-sided.
 GELU_OPS = {"Gelu", "BiasGelu", "FastGelu", "QuickGelu", "Erf"}
@@ -167,10 +170,25 @@ class PerTokenInt8:
         self.node("Reshape", [scaled, shape], node.output[0])
 
 
-def quantize_int8(source: Path, target: Path, policy: dict[str, str] = SERVED_POLICY) -> Path:
-    """The per-token int8 graph of the fp32 graph at ``source``."""
-    onnx.save(PerTokenInt8(onnx.load(str(source)), policy).rewrite(), str(target))
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """What the graph's initializers hold: elements × bytes per element (``ByteSize`` serializes, and fails past 2 GiB)."""
+    return sum(math.prod(init.dims) * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize for init in model.graph.initializer)
+
+
+def save_graph(model: onnx.ModelProto, target: Path, single_file_limit: int = SINGLE_FILE_LIMIT) -> Path:
+    """``model`` written to ``target``: one file, or with its weights in ``external_data(target)`` past ``single_file_limit`` bytes."""
+    side_file = external_data(target)
+    side_file.unlink(missing_ok=True)  # onnx appends to an existing one
+    too_large = weight_bytes(model) > single_file_limit
+    onnx.save_model(model, str(target), save_as_external_data=too_large, location=side_file.name)
     return target
+
+
+def quantize_int8(
+    source: Path, target: Path, policy: dict[str, str] = SERVED_POLICY, *, single_file_limit: int = SINGLE_FILE_LIMIT
+) -> Path:
+    """The per-token int8 graph of the fp32 graph at ``source``."""
+    return save_graph(PerTokenInt8(onnx.load(str(source)), policy).rewrite(), target, single_file_limit)
 
 
 def unsigned_weights(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -208,16 +226,17 @@ def quantize_int8_per_tensor(source: Path, target: Path) -> Path:
         weight_type=QuantType.QInt8,
         per_channel=True,
         op_types_to_quantize=["MatMul"],
+        use_external_data_format=external_data(source).is_file(),
         # The fused graph's contrib ops defeat the quantizer's shape inference; their outputs are float.
         extra_options={"DefaultTensorType": TensorProto.FLOAT},
     )
     return target
 
 
-def quantize_fp16(source: Path, target: Path) -> Path:
+def quantize_fp16(source: Path, target: Path, *, single_file_limit: int = SINGLE_FILE_LIMIT) -> Path:
     """fp16 weights and compute for CUDA; inputs stay int64 and the output float32."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
-    onnx.save(model, str(target))
-    return target
+    # From the path, the converter infers shapes on the file (``infer_shapes_path``): in memory they
+    # would be inferred on the serialized graph, which fails past 2 GiB.
+    return save_graph(convert_float_to_float16(str(source), keep_io_types=True), target, single_file_limit)

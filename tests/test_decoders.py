@@ -13,6 +13,7 @@ refused; an embedder and a reranker are served for real.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from pathlib import Path
@@ -231,6 +232,49 @@ def test_the_fp16_graph_of_a_decoder_stays_close_to_fp32(embedder):
         hidden = session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})[0]
         pooled.append(sentence_embeddings(hidden, attention_mask, spec.pooling, spec.normalize))
     assert cosines(*pooled).min() >= 0.999
+
+
+def test_graphs_too_large_for_one_protobuf_keep_their_weights_beside_them(tokenizer_dir, tmp_path, monkeypatch):
+    """A Qwen3-0.6B's fp32 graph (2.4 GB) is past protobuf's 2 GiB: its weights go to a side file in the
+    model's directory (ONNX external data). Forced here on a tiny Qwen3 for every graph: fp32 is still
+    torch within 1e-5, and int8 loads from its side file with signed and with uint8 weights."""
+    import onnxruntime as ort
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    from models import export
+    from models.backends.onnx_backend import SIGNED, UNSIGNED, OnnxBackend
+    from models.onnx_layout import external_data
+
+    monkeypatch.setattr(export, "export_model", functools.partial(export.export_model, single_file_limit=0))
+    tag = str(import_model(build(tmp_path / "qwen3", tokenizer_dir, "qwen3"), name="qwen3-external-data", task="embed"))
+    stored = bentoml.models.get(tag)
+    spec = ModelSpec.of(stored)
+    directory = onnx_dir(stored.path)
+    graphs = [directory / name for name in (FP32, INT8, FP16)]
+    assert stored.info.metadata["onnx"] is True
+    assert sorted(directory.iterdir()) == sorted([*graphs, *map(external_data, graphs)])  # no exporter leftovers
+    for graph in graphs:
+        initializers = onnx.load(str(graph), load_external_data=False).graph.initializer
+        outside = {ExternalDataInfo(init).location for init in initializers if uses_external_data(init)}
+        inside = max(numpy_helper.to_array(init).nbytes for init in initializers if not uses_external_data(init))
+        assert (outside, inside < 1024) == ({external_data(graph).name}, True), (graph.name, outside, inside)  # onnx keeps scalars inline
+
+    expected = backend_outputs(tag, "torch", TEXTS)
+    assert np.abs(backend_outputs(tag, "onnx", TEXTS) - expected).max() <= 1e-5
+    input_ids, attention_mask = pad([e.ids for e in TextTokenizer(stored.path, spec.max_length).encode(TEXTS)], spec.pad_id)
+    fp16 = ort.InferenceSession(str(directory / FP16), providers=["CPUExecutionProvider"])
+    assert fp16.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})[0].shape[:2] == input_ids.shape
+    sessions_from = []
+    session = ort.InferenceSession
+    monkeypatch.setattr(
+        ort, "InferenceSession", lambda source, *args, **kwargs: sessions_from.append(source) or session(source, *args, **kwargs)
+    )
+    for unsigned, precision in ((False, SIGNED), (True, UNSIGNED)):
+        int8 = OnnxBackend(stored.path, spec, 2, cpu_graph="int8", cuda=False, unsigned=unsigned)
+        assert int8.precision == precision
+        assert cosines(int8.forward(input_ids, attention_mask), expected).min() >= 0.99, precision
+    # The uint8 graph is read from a file, as one past 2 GiB must be: serialized into memory it would fail.
+    assert [isinstance(source, str) and Path(source).name for source in sessions_from] == [INT8, INT8]
 
 
 def reranker_dir(directory: Path, tokenizer_dir: Path, **config) -> Path:

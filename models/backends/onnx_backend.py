@@ -1,10 +1,12 @@
 """ONNX Runtime backend: fp16 on CUDA when a GPU is usable, fp32 or int8 on CPU otherwise.
 
-The graphs are written at import time by ``models.export`` into ``<model dir>/onnx/``.
+The graphs are written at import time by ``models.export`` into ``<model dir>/onnx/``; ONNX Runtime,
+given a graph's path, finds the side file of one too large for a single protobuf (``models.onnx_layout``).
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ import onnxruntime as ort
 
 from ..batching import split_segments
 from ..cpu import signed_int8_is_exact
-from ..onnx_layout import FP16, FP32, INT8, TOKEN_TYPES, has_onnx, onnx_dir
+from ..onnx_layout import FP16, FP32, INT8, TOKEN_TYPES, external_data, has_onnx, onnx_dir
 from ..postprocess import load_dense, sentence_embeddings
 from ..spec import ModelSpec
 
@@ -48,13 +50,20 @@ def cuda_session(path: Path, options: ort.SessionOptions) -> ort.InferenceSessio
     return session if session.get_providers()[0] == CUDA else None
 
 
-def unsigned_int8_graph(path: Path) -> bytes:
+def unsigned_int8_session(path: Path, options: ort.SessionOptions) -> ort.InferenceSession:
     """The stored int8 graph with uint8 weights, for CPUs whose u8×s8 kernels saturate (``models.cpu``)."""
     import onnx  # only here: a VNNI machine serves the stored graph as it is
 
-    from ..quantize import unsigned_weights
+    from ..quantize import save_graph, unsigned_weights
 
-    return unsigned_weights(onnx.load(str(path))).SerializeToString()
+    model = unsigned_weights(onnx.load(str(path)))
+    if not external_data(path).is_file():
+        return ort.InferenceSession(model.SerializeToString(), options, providers=[CPU])
+    # Past 2 GiB the rewritten graph cannot be serialized into memory either: it goes to a scratch
+    # directory (the store may be read-only), which ONNX Runtime no longer needs once it is loaded.
+    with tempfile.TemporaryDirectory(prefix="textbento-uint8-") as scratch:
+        rewritten = save_graph(model, Path(scratch) / path.name, single_file_limit=0)
+        return ort.InferenceSession(str(rewritten), options, providers=[CPU])
 
 
 class OnnxBackend:
@@ -97,7 +106,7 @@ class OnnxBackend:
             unsigned = not signed_int8_is_exact() if unsigned is None else unsigned
             self.precision = UNSIGNED if unsigned else SIGNED
             if unsigned:
-                session = ort.InferenceSession(unsigned_int8_graph(directory / INT8), options, providers=[CPU])
+                session = unsigned_int8_session(directory / INT8, options)
         self.session = session or ort.InferenceSession(str(directory / {"fp32": FP32, "int8": INT8}[cpu_graph]), options, providers=[CPU])
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
