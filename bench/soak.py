@@ -21,17 +21,26 @@ from bench.load import closed_loop
 from bench.serving import serve
 from bench.topology import RESULTS, short_texts
 
+# Each task's route, and its request for one text or a list of them.
+ROUTES = {"embed": "/v1/embeddings", "classify": "/v1/classify", "rerank": "/v1/rerank", "sparse": "/embed_sparse"}
+ASKED = {
+    "embed": lambda texts: {"input": texts, **({"encoding_format": "base64"} if isinstance(texts, list) else {})},
+    "classify": lambda texts: {"inputs": texts},
+    "rerank": lambda texts: {"query": "which of these is relevant", "documents": texts if isinstance(texts, list) else [texts]},
+    "sparse": lambda texts: {"inputs": texts},
+}
 
-def mixed_body(texts: list[str]):
+
+def mixed_body(texts: list[str], task: str = "embed", model: str | None = None):
+    """Requests of one short text (60%), 32 texts (30%) or one text past max_length (10%, truncated),
+    in the shape of ``task``'s route (``ROUTES``), naming ``model`` when given."""
     rng = random.Random(1)
+    named = {"model": model} if model else {}
 
     def body(i: int) -> dict:
         kind = rng.random()
-        if kind < 0.6:
-            return {"input": rng.choice(texts)}
-        if kind < 0.9:
-            return {"input": rng.sample(texts, 32), "encoding_format": "base64"}
-        return {"input": " ".join(rng.sample(texts, 40))}  # longer than max_length: truncated
+        chosen = rng.choice(texts) if kind < 0.6 else rng.sample(texts, 32) if kind < 0.9 else " ".join(rng.sample(texts, 40))
+        return {**named, **ASKED[task](chosen)}
 
     return body
 
