@@ -17,6 +17,8 @@ import asyncio
 import base64
 import logging
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import bentoml
@@ -30,7 +32,7 @@ from api import tei
 from api.catalog import Catalog, ServedModel
 from api.errors import ERROR_RESPONSES, TEI_ERROR_RESPONSES, TEI_ROUTES, APIError, install_error_handlers
 from api.limits import check_sizes, refuse_truncated
-from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CountAnswers, JsonBodyOnly
+from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CancelWhenGone, CountAnswers, JsonBodyOnly
 from api.options import check_dimensions, prompt_for
 from api.responses import json_response, usage
 from api.types import (
@@ -55,6 +57,7 @@ from serving.coalesce import Coalescer
 from serving.connections import limit_connections
 from serving.dispatch import dispatch_when_free
 from serving.drain import Drain
+from serving.gone import Dropped, Forgetter, deadline, new_key
 from serving.hop import resend_unanswered
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
 from serving.telemetry import Timing, forget_dead_processes, telemetry
@@ -88,6 +91,7 @@ class Encoder:
                 settings.token_budget,
             )
         self.thread = InferenceThread()
+        self.dropped = Dropped(keep_s=settings.backstop_timeout_s)  # texts of requests given up, or overdue
         # ``auto`` holds its fast graph to fp32 here first, and serves fp32 if it misses the gates.
         self.backend = self.thread.call(load_backend, settings.backend, self.model.path, self.spec, settings.runner_threads)
         telemetry.backend(self.name, self.backend)
@@ -98,17 +102,26 @@ class Encoder:
         self.drain.postpone_sigterm()
         limit_connections(header_timeout_s=settings.header_timeout_s, keep_alive_s=ENCODER_KEEP_ALIVE_S)
 
-    def forward(self, token_ids: list[np.ndarray]) -> tuple[list[np.ndarray], list[Pass]]:
-        return run_passes(self.backend, token_ids, self.spec.pad_id, settings.token_budget)
+    def forward(
+        self, token_ids: list[np.ndarray], wanted: Callable[[list[int]], list[int]] | None = None
+    ) -> tuple[list[np.ndarray], list[Pass | None]]:
+        return run_passes(self.backend, token_ids, self.spec.pad_id, settings.token_budget, wanted)
 
-    # Per text: (its row, the forward pass that computed it), the pickle between the services
-    # carrying the tuple as it is. Ids and rows travel as bytes: one chunk per call (serving/wire.py).
+    # Per text: (its row, the forward pass that computed it; an empty row and None if nobody waits
+    # for it any more), the pickle between the services carrying the tuple as it is. Ids and rows
+    # travel as bytes: one chunk per call (serving/wire.py).
     @bentoml.api(batchable=True, max_batch_size=settings.max_batch_size, max_latency_ms=settings.max_latency_ms)
     async def encode(self, token_ids: list[bytes]) -> list[tuple[bytes, Any]]:
+        texts = ids_from_wire(token_ids)
         with self.drain.batch():
-            rows, passes = await self.thread.run(self.forward, ids_from_wire(token_ids))
-        telemetry.passes(self.name, set(passes))
+            rows, passes = await self.thread.run(self.forward, [text.ids for text in texts], partial(self.dropped.wanted, texts))
+        telemetry.passes(self.name, set(passes) - {None})
         return list(zip(rows_to_wire(rows), passes))
+
+    @bentoml.api
+    async def forget(self, keys: list[int]) -> None:
+        """Requests given up by the API workers: their texts still waiting here are not computed (serving/gone.py)."""
+        self.dropped.forget(keys)
 
     @bentoml.api
     def device(self) -> dict[str, Any]:
@@ -160,6 +173,7 @@ app.add_middleware(AdmissionLimit, limit=settings.max_concurrency * len(ENCODERS
 app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
 app.add_middleware(JsonBodyOnly)
 app.add_middleware(CountAnswers, routes=lambda: app.openapi()["paths"])  # the declared routes
+app.add_middleware(CancelWhenGone)
 
 
 @bentoml.service(
@@ -198,6 +212,7 @@ class TextBento:
             tokenizer=TextTokenizer(model.path, spec.max_length),
             calls=Coalescer(encode, max_items=settings.max_batch_size, in_flight=settings.calls_in_flight),
             encoder=encoder,
+            forget=Forgetter(lambda keys: encoder().to_async.forget(keys)),
             aliases=frozenset({model.tag.name, str(model.tag), spec.source} - {""}),
             max_in_flight=settings.max_concurrency,
         )
@@ -209,16 +224,24 @@ class TextBento:
         with other requests' texts. Timed for the answer's headers."""
         check_sizes(texts, param, settings.max_inputs, settings.max_chars)
         timing = Timing(model=model.name, texts=len(texts))
+        # The request's deadline (serving/gone.py) travels with its texts; work past it is not started.
+        due, key = deadline.get() or timing.started + settings.timeout_s, new_key()
+        overdue = APIError(504, "timeout", f"not answered within its deadline ({due - timing.started:.3g} s)", retry_after=1)
+        if due <= timing.started:
+            raise overdue
         try:
             with model.admitted():
-                async with asyncio.timeout(settings.timeout_s):
+                async with asyncio.timeout(due - time.time()):
                     encoded = await asyncio.to_thread(model.tokenizer.encode, texts, cut)
                     timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
                     if not truncate:
                         refuse_truncated(encoded, param, model.spec.max_length)
-                    carried = await model.calls.submit(ids_to_wire([e.ids for e in encoded]))
+                    wire = ids_to_wire([e.ids for e in encoded], key, due)
+                    carried = await model.calls.submit(wire, abandoned=lambda: model.forget(key))
         except TimeoutError:
-            raise APIError(504, "timeout", f"not answered within {settings.timeout_s} s", retry_after=1) from None
+            raise overdue from None
+        if any(forward is None for _, forward in carried):  # left out in the Encoder as overdue, a hair before our own timeout
+            raise overdue
         timing.encoded, timing.passes = time.time(), [Pass(*forward) for forward in {forward for _, forward in carried}]
         return encoded, rows_from_wire([row for row, _ in carried]), timing
 

@@ -9,7 +9,7 @@ answer from a route meant for another.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -34,6 +34,7 @@ class ServedModel:
     tokenizer: TextTokenizer
     calls: Any  # serving.coalesce.Coalescer of this model's Encoder calls
     encoder: Any  # the Encoder's client, for its card
+    forget: Callable[[int], None]  # tells the Encoder a request was given up (serving.gone.Forgetter)
     aliases: frozenset[str] = field(default_factory=frozenset)
     # Admission per model: a slow or restarting model fills its own share of a worker, not the others'.
     max_in_flight: int = 512

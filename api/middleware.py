@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
+import time
 from collections.abc import Callable, Iterable
 from functools import cached_property
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from serving.gone import deadline, deadline_of
+from serving.settings import settings
 from serving.telemetry import telemetry
 
 from .errors import APIError, error_response
 
 logger = logging.getLogger("textbento")
+CLIENT_GONE = 499  # nginx's status for "client closed request": what textbento_requests_total counts such a request as
 
 
 async def reject(error: APIError, scope: Scope, receive: Receive, send: Send) -> None:
@@ -143,5 +148,65 @@ class CountAnswers:
         with telemetry.in_flight():
             try:
                 await self.app(scope, receive, counted)
+            except asyncio.CancelledError:
+                status = CLIENT_GONE
+                raise
             finally:
                 telemetry.answered(route, status)
+
+
+class CancelWhenGone:
+    """Outermost: a request whose client disconnects before its answer starts is cancelled, so that
+    nothing more is computed for nobody (``serving/gone.py``: the coalescer drops its texts not yet
+    sent, the Encoder those it has not started); and every request's deadline is set from the
+    timeout its client or proxy announced, 400 if malformed.
+
+    Once the body is read, nothing else reads this request's messages, so a watcher waits for the
+    next one: ``http.disconnect`` before the answer started means the client left.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+        try:
+            deadline.set(deadline_of(headers, settings.timeout_s, time.time()))
+        except ValueError as error:
+            return await reject(APIError(400, "invalid_request", str(error)), scope, receive, send)
+        handler, body_read, answering, gone = asyncio.current_task(), asyncio.Event(), False, False
+
+        async def reading() -> Message:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        async def answer(message: Message) -> None:
+            nonlocal answering
+            answering = True
+            await send(message)
+
+        async def watch() -> None:
+            nonlocal gone
+            await body_read.wait()
+            if (await receive())["type"] == "http.disconnect" and not answering:
+                gone = True
+                telemetry.dropped("gone")
+                handler.cancel()
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await self.app(scope, reading, answer)
+        except asyncio.CancelledError:
+            if not gone:  # the server is stopping: not ours to swallow
+                raise
+            handler.uncancel()  # the cancel was ours, and is over
+            # Nobody reads it (uvicorn drops it), but BentoML's timeout middleware holds the request
+            # open until something is sent: for its backstop timeout otherwise.
+            await send({"type": "http.response.start", "status": CLIENT_GONE, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            watcher.cancel()

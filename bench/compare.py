@@ -16,6 +16,8 @@ import asyncio
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import bentoml
@@ -26,6 +28,17 @@ from bench.serving import ROOT, serve
 from bench.topology import RESULTS, short_texts
 
 POINTS = [(1, 1), (1, 64), (32, 8)]  # (texts per request, concurrency)
+
+
+@contextmanager
+def worktree(ref: str) -> Iterator[Path]:
+    """``ref`` checked out in a scratch git worktree, removed afterwards."""
+    tree = Path(tempfile.mkdtemp(prefix="textbento-compare-")) / "ref"
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref], cwd=ROOT, check=True, capture_output=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=True)
 
 
 def import_default(tree: Path, name: str) -> str:
@@ -74,22 +87,24 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="default: bench/results/compare-REF.json")
     args = parser.parse_args()
     points = args.points or POINTS
-    scratch = Path(tempfile.mkdtemp(prefix="textbento-compare-"))
-    worktree = scratch / "ref"
-    subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.ref], cwd=ROOT, check=True, capture_output=True)
     trees: dict[str, tuple[Path, str]] = {}
-    try:
-        trees = {"this tree": (ROOT, import_default(ROOT, "compare-this")), args.ref: (worktree, import_default(worktree, "compare-ref"))}
-        best: dict[str, dict[str, dict]] = {name: {} for name in trees}
-        for _ in range(args.rounds):
-            for name, (tree, tag) in trees.items():
-                for point, row in measure(tree, tag, args.seconds, points).items():
-                    best[name][point] = better(best[name].get(point), row)
-                print(name, {point: (row["texts_per_s"], row["p50_ms"], row["errors"]) for point, row in best[name].items()}, flush=True)
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=True)
-        for _, tag in trees.values():  # a new version per run otherwise: ~270 MB each, left in the store
-            bentoml.models.delete(tag)
+    with worktree(args.ref) as ref_tree:
+        try:
+            trees = {
+                "this tree": (ROOT, import_default(ROOT, "compare-this")),
+                args.ref: (ref_tree, import_default(ref_tree, "compare-ref")),
+            }
+            best: dict[str, dict[str, dict]] = {name: {} for name in trees}
+            for _ in range(args.rounds):
+                for name, (tree, tag) in trees.items():
+                    for point, row in measure(tree, tag, args.seconds, points).items():
+                        best[name][point] = better(best[name].get(point), row)
+                    print(
+                        name, {point: (row["texts_per_s"], row["p50_ms"], row["errors"]) for point, row in best[name].items()}, flush=True
+                    )
+        finally:
+            for _, tag in trees.values():  # a new version per run otherwise: ~270 MB each, left in the store
+                bentoml.models.delete(tag)
     ratios = {point: round(best["this tree"][point]["texts_per_s"] / best[args.ref][point]["texts_per_s"], 2) for point in best[args.ref]}
     report = {"ref": args.ref, "rounds": args.rounds, "seconds": args.seconds, "results": best, "texts_per_s_ratio": ratios}
     out = args.out or RESULTS / f"compare-{args.ref}.json"

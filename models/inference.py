@@ -31,11 +31,22 @@ def run_batch(backend: Backend, token_ids: Sequence[np.ndarray], pad_id: int, to
     return run_passes(backend, token_ids, pad_id, token_budget)[0]
 
 
-def run_passes(backend: Backend, token_ids: Sequence[np.ndarray], pad_id: int, token_budget: int) -> tuple[list[np.ndarray], list[Pass]]:
-    """``run_batch``'s rows, and for each sequence the forward pass that computed it."""
+def run_passes(
+    backend: Backend,
+    token_ids: Sequence[np.ndarray],
+    pad_id: int,
+    token_budget: int,
+    wanted: Callable[[list[int]], list[int]] | None = None,
+) -> tuple[list[np.ndarray], list[Pass | None]]:
+    """``run_batch``'s rows, and for each sequence the forward pass that computed it. ``wanted``, asked
+    just before each pass, keeps the sequences still worth computing; the others get an empty row
+    and no pass (a pass that has started always finishes)."""
     outputs: list[np.ndarray] = [np.empty(0)] * len(token_ids)
-    passes: list[Pass] = [None] * len(token_ids)  # type: ignore[list-item]
-    for group in plan_sub_batches([len(ids) for ids in token_ids], token_budget):
+    passes: list[Pass | None] = [None] * len(token_ids)
+    for planned in plan_sub_batches([len(ids) for ids in token_ids], token_budget):
+        group = wanted(planned) if wanted else planned
+        if not group:
+            continue
         input_ids, attention_mask = pad([token_ids[index] for index in group], pad_id)
         started = time.time()
         rows = backend.forward(input_ids, attention_mask)

@@ -10,4 +10,5 @@ aiohttp, but no inference runtime (torch, onnxruntime) and no HTTP framework of 
 - ``wire``      what that call carries: token ids and rows as bytes, one chunk per call
 - ``dispatch``  BentoML's adaptive batcher without its learned idle wait
 - ``drain``     on SIGTERM, the Encoder answers its callers' last calls before it stops
+- ``gone``      no work for clients that left or requests past their deadline, wherever it waits
 """

@@ -26,7 +26,8 @@ class Coalescer(Generic[Item, Result]):
     A call carries at most ``max_items`` items, in arrival order; a larger submit is cut into
     pieces of ``max_items`` that queue like submits of their own. A submit whose caller gave up
     (timeout, disconnect) before its call left is dropped, so abandoned work is never sent; one
-    already sent is answered and discarded. A failed call fails every submit it carried with the
+    already sent is answered and discarded, and its ``abandoned`` callback told (the callee may
+    still drop it: ``serving/gone.py``). A failed call fails every submit it carried with the
     same exception.
     """
 
@@ -36,9 +37,11 @@ class Coalescer(Generic[Item, Result]):
         self.in_flight = in_flight
         self.pending: deque[tuple[list[Item], asyncio.Future[list[Result]]]] = deque()
         self.sending: set[asyncio.Task] = set()
+        self.in_calls: set[asyncio.Future[list[Result]]] = set()  # of pieces in a call in flight
 
-    async def submit(self, items: list[Item]) -> list[Result]:
-        """The results of ``items``, in order, from whichever calls carried them."""
+    async def submit(self, items: list[Item], abandoned: Callable[[], None] | None = None) -> list[Result]:
+        """The results of ``items``, in order, from whichever calls carried them; ``abandoned()`` if the
+        caller gives up after some of them were sent."""
         loop = asyncio.get_running_loop()
         pieces = [items[start : start + self.max_items] for start in range(0, len(items), self.max_items)]
         futures: list[asyncio.Future[list[Result]]] = [loop.create_future() for _ in pieces]
@@ -46,6 +49,10 @@ class Coalescer(Generic[Item, Result]):
         self.pump()
         try:
             return [result for results in await asyncio.gather(*futures) for result in results]
+        except asyncio.CancelledError:
+            if abandoned and not self.in_calls.isdisjoint(futures):
+                abandoned()
+            raise
         finally:  # a no-op once answered; if the caller gave up, pieces not sent are dropped (``next_batch``)
             for future in futures:
                 future.cancel()
@@ -68,6 +75,7 @@ class Coalescer(Generic[Item, Result]):
             if batch and size + len(items) > self.max_items:
                 break
             batch.append(self.pending.popleft())
+            self.in_calls.add(future)
             size += len(items)
         return batch
 
@@ -83,6 +91,8 @@ class Coalescer(Generic[Item, Result]):
                 if not future.done():
                     future.set_exception(error)
             return
+        finally:
+            self.in_calls.difference_update(future for _, future in batch)
         start = 0
         for items, future in batch:
             if not future.done():

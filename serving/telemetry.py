@@ -147,6 +147,11 @@ class Telemetry:
         if self.enabled and error_type in REJECTIONS:
             self.families.rejected.labels(REJECTIONS[error_type]).inc()
 
+    def dropped(self, reason: str) -> None:
+        """A request's work dropped because nobody waits for it: ``gone`` (its client left) or ``deadline`` (``serving/gone.py``)."""
+        if self.enabled:
+            self.families.rejected.labels(reason).inc()
+
     @contextmanager
     def in_flight(self) -> Iterator[None]:
         if not self.enabled:

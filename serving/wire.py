@@ -7,24 +7,39 @@ inside the pickle: one chunk each way. Measured side by side (``bench.compare HE
 texts/s 1.06-1.11x at 32 texts × c=8 and 1.16x at 8 × c=16, unchanged at 1 × c=64.
 
 Rows are float32 (the backends' contract, ``models/backends``); token ids are int32 (a pair's
-token types folded in, ``models/batching.with_segments``).
+token types folded in, ``models/batching.with_segments``). Each text's ids follow its request's
+key and deadline, so that the Encoder can drop the texts of a request whose client is gone or
+whose deadline has passed before computing them (``serving/gone.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from struct import Struct
+from typing import NamedTuple
 
 import numpy as np
 
 IDS, ROWS = np.dtype(np.int32), np.dtype(np.float32)
+REQUEST = Struct("<qd")  # the request's key, its deadline (time.time())
 
 
-def ids_to_wire(ids: Sequence[np.ndarray]) -> list[bytes]:
-    return [np.asarray(one, dtype=IDS).tobytes() for one in ids]
+class Text(NamedTuple):
+    """One text of a call, as the Encoder reads it."""
+
+    key: int
+    deadline: float
+    ids: np.ndarray
 
 
-def ids_from_wire(wire: Sequence[bytes]) -> list[np.ndarray]:
-    return [np.frombuffer(one, dtype=IDS) for one in wire]
+def ids_to_wire(ids: Sequence[np.ndarray], key: int = 0, deadline: float = float("inf")) -> list[bytes]:
+    """The texts of one request, each with its ``key`` and ``deadline``."""
+    request = REQUEST.pack(key, deadline)
+    return [request + np.asarray(one, dtype=IDS).tobytes() for one in ids]
+
+
+def ids_from_wire(wire: Sequence[bytes]) -> list[Text]:
+    return [Text(*REQUEST.unpack_from(one), np.frombuffer(one, dtype=IDS, offset=REQUEST.size)) for one in wire]
 
 
 def rows_to_wire(rows: Sequence[np.ndarray]) -> list[bytes]:

@@ -11,7 +11,16 @@ def model(name: str, task: str, labels: tuple[str, ...] = (), source: str = "") 
     spec = ModelSpec(task=task, max_length=128, labels=labels, source=source)
     tag = f"{name}:v1"
     return ServedModel(
-        name, tag, 0, spec, tokenizer=None, calls=None, encoder=None, aliases=frozenset({name, tag, source} - {""}), max_in_flight=2
+        name,
+        tag,
+        0,
+        spec,
+        tokenizer=None,
+        calls=None,
+        encoder=None,
+        forget=print,
+        aliases=frozenset({name, tag, source} - {""}),
+        max_in_flight=2,
     )
 
 

@@ -11,8 +11,8 @@ from serving.wire import ids_from_wire, ids_to_wire, rows_from_wire, rows_to_wir
 def test_ids_and_rows_come_back_equal():
     ids = [np.arange(5, dtype=np.int32), with_segments(np.array([101, 7, 102, 9, 102], dtype=np.int32), np.array([0, 0, 0, 1, 1]))]
     rows = list(np.random.default_rng(0).standard_normal((3, 384)).astype(np.float32))
-    for sent, back in zip(ids, ids_from_wire(ids_to_wire(ids))):
-        assert back.dtype == np.int32 and np.array_equal(back, sent)
+    for sent, back in zip(ids, ids_from_wire(ids_to_wire(ids, key=-7, deadline=1234.5))):
+        assert (back.key, back.deadline) == (-7, 1234.5) and back.ids.dtype == np.int32 and np.array_equal(back.ids, sent)
     for sent, back in zip(rows, rows_from_wire(rows_to_wire(rows))):
         assert back.dtype == np.float32 and np.array_equal(back, sent)
 
