@@ -53,7 +53,7 @@ from models.inference import InferenceThread, Pass, run_passes
 from models.postprocess import l2_normalize, ranked_labels, scores, sparse_entries, truncate_dimensions
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextInput, TextTokenizer
-from serving.coalesce import Coalescer
+from serving.coalesce import Coalescer, Overloaded
 from serving.connections import limit_connections
 from serving.dispatch import dispatch_when_free
 from serving.drain import Drain
@@ -237,9 +237,11 @@ class TextBento:
                     if not truncate:
                         refuse_truncated(encoded, param, model.spec.max_length)
                     wire = ids_to_wire([e.ids for e in encoded], key, due)
-                    carried = await model.calls.submit(wire, abandoned=lambda: model.forget(key))
+                    carried = await model.calls.submit(wire, abandoned=lambda: model.forget(key), within_s=due - time.time())
         except TimeoutError:
             raise overdue from None
+        except Overloaded as refused:  # it would only time out in the queue (serving/coalesce.py)
+            raise APIError(503, "overloaded", f"{refused}: retry shortly", retry_after=1) from None
         if any(forward is None for _, forward in carried):  # left out in the Encoder as overdue, a hair before our own timeout
             raise overdue
         timing.encoded, timing.passes = time.time(), [Pass(*forward) for forward in {forward for _, forward in carried}]

@@ -8,11 +8,13 @@ Per tree (the embedded MiniLM imported by the tree's own CLI; default settings):
 - the probe: 1,500 one-text requests at c=128, each given up after 0.25 s: the texts the Encoder
   computed (``textbento_batch_texts_sum``) and how long it kept computing after the last client left;
 - goodput: Poisson arrivals of one-text requests at 1×, 2× and 4× the capacity for ``seconds`` s,
-  each client waiting 1 s and then trying once more (at once): answers that arrived in time per
-  second, as a share of the capacity, and how long the Encoder stayed busy after the clients stopped.
+  each client waiting 1 s and then trying once more (at once), and announcing its patience as the
+  OpenAI SDKs do (``x-stainless-read-timeout: 1``): answers that arrived in time per second, as a
+  share of the capacity; how long the Encoder stayed busy after the clients stopped; and the CPU
+  (cores) the load generator and the server took meanwhile.
 
 The load generator shares the machine's cores with the server, as every bench here does; at 4× it
-sends four times the requests, so part of what it costs the server is the client's.
+sends four times the requests, and the CPU it takes is the server's no more (``client_cores``).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import argparse
 import asyncio
 import random
 import re
+import resource
 import time
 from pathlib import Path
 
 import aiohttp
 import bentoml
+import psutil
 import requests
 
 from bench import write_result
@@ -35,6 +39,7 @@ from bench.serving import ROOT, serve
 
 LOADS = (1, 2, 4)  # offered load, × capacity
 PATIENCE_S = 1.0
+ANNOUNCED = {"x-stainless-read-timeout": str(PATIENCE_S)}
 
 
 def computed(url: str) -> float:
@@ -83,7 +88,8 @@ async def impatient_load(url: str, rate: float, seconds: float) -> tuple[int, in
         for attempt in range(2):
             try:
                 timeout = aiohttp.ClientTimeout(total=PATIENCE_S)
-                async with session.post(f"{url}/v1/embeddings", json={"input": f"goodput {index}.{attempt}"}, timeout=timeout) as answer:
+                body = {"input": f"goodput {index}.{attempt}"}
+                async with session.post(f"{url}/v1/embeddings", json=body, headers=ANNOUNCED, timeout=timeout) as answer:
                     await answer.read()
                     if answer.status == 200:
                         answered += 1
@@ -104,14 +110,24 @@ async def impatient_load(url: str, rate: float, seconds: float) -> tuple[int, in
     return index, answered
 
 
-def goodput(url: str, rate: float, seconds: float) -> dict:
-    sent, answered = asyncio.run(impatient_load(url, rate, seconds))
-    ended = time.time()
+def cpu_seconds(server) -> tuple[float, float]:
+    """CPU seconds so far of this process (the load generator) and of the server's process tree."""
+    mine = resource.getrusage(resource.RUSAGE_SELF)
+    tree = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
+    return mine.ru_utime + mine.ru_stime, sum(sum(p.cpu_times()[:2]) for p in tree)
+
+
+def goodput(server, rate: float, seconds: float) -> dict:
+    (client_before, server_before), started = cpu_seconds(server), time.time()
+    sent, answered = asyncio.run(impatient_load(server.url, rate, seconds))
+    (client_after, server_after), ended = cpu_seconds(server), time.time()
     return {
         "offered_per_s": round(rate, 1),
         "sent": sent,
         "answered_in_time_per_s": round(answered / seconds, 1),
-        "busy_after_s": busy_after(url, ended),
+        "busy_after_s": busy_after(server.url, ended),
+        "client_cores": round((client_after - client_before) / (ended - started), 2),
+        "server_cores": round((server_after - server_before) / (ended - started), 2),
     }
 
 
@@ -121,7 +137,7 @@ def measure(tree: Path, tag: str, seconds: float) -> dict:
         rate = capacity(server.url, seconds)
         report = {"capacity_per_s": round(rate, 1), "probe": probe(server.url), "goodput": {}}
         for load in LOADS:
-            row = goodput(server.url, load * rate, seconds)
+            row = goodput(server, load * rate, seconds)
             row["share_of_capacity"] = round(row["answered_in_time_per_s"] / rate, 2)
             report["goodput"][f"{load}x"] = row
             print(tree.name, f"{load}x", row, flush=True)

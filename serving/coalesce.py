@@ -20,6 +20,10 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
+class Overloaded(Exception):
+    """Refused at once: the queue is longer than the caller's time allows."""
+
+
 class Coalescer(Generic[Item, Result]):
     """Sends ``call(items)`` with the items of many ``submit``s, at most ``in_flight`` calls at a time.
 
@@ -29,23 +33,33 @@ class Coalescer(Generic[Item, Result]):
     already sent is answered and discarded, and its ``abandoned`` callback told (the callee may
     still drop it: ``serving/gone.py``). A failed call fails every submit it carried with the
     same exception.
+
+    A submit that could not be answered in the time its caller has left is refused at once
+    (``Overloaded``): when the oldest piece waiting has already waited that long, a new one waits
+    longer still. Taken in, it would only be dropped at its deadline after costing the queue a
+    place; refused, the capacity goes to the requests that can be answered in time, and the client
+    learns at once (``python -m bench.goodput``).
     """
 
     def __init__(self, call: Callable[[list[Item]], Awaitable[list[Result]]], *, max_items: int, in_flight: int) -> None:
         self.call = call
         self.max_items = max_items
         self.in_flight = in_flight
-        self.pending: deque[tuple[list[Item], asyncio.Future[list[Result]]]] = deque()
+        self.pending: deque[tuple[list[Item], asyncio.Future[list[Result]], float]] = deque()  # with when it came
         self.sending: set[asyncio.Task] = set()
         self.in_calls: set[asyncio.Future[list[Result]]] = set()  # of pieces in a call in flight
 
-    async def submit(self, items: list[Item], abandoned: Callable[[], None] | None = None) -> list[Result]:
+    async def submit(self, items: list[Item], abandoned: Callable[[], None] | None = None, within_s: float = float("inf")) -> list[Result]:
         """The results of ``items``, in order, from whichever calls carried them; ``abandoned()`` if the
-        caller gives up after some of them were sent."""
+        caller gives up after some of them were sent; ``Overloaded`` if the queue has stood longer than ``within_s``."""
         loop = asyncio.get_running_loop()
+        while self.pending and self.pending[0][1].done():  # given up while waiting: not a queue any more
+            self.pending.popleft()
+        if self.pending and (waited := loop.time() - self.pending[0][2]) > within_s:
+            raise Overloaded(f"the queue has stood {waited:.2f} s, longer than the {within_s:.2f} s left")
         pieces = [items[start : start + self.max_items] for start in range(0, len(items), self.max_items)]
         futures: list[asyncio.Future[list[Result]]] = [loop.create_future() for _ in pieces]
-        self.pending.extend(zip(pieces, futures))
+        self.pending.extend((piece, future, loop.time()) for piece, future in zip(pieces, futures))
         self.pump()
         try:
             return [result for results in await asyncio.gather(*futures) for result in results]
@@ -68,13 +82,14 @@ class Coalescer(Generic[Item, Result]):
     def next_batch(self) -> list[tuple[list[Item], asyncio.Future[list[Result]]]]:
         batch, size = [], 0
         while self.pending:
-            items, future = self.pending[0]
+            items, future, _ = self.pending[0]
             if future.done():  # its caller was cancelled while it waited
                 self.pending.popleft()
                 continue
             if batch and size + len(items) > self.max_items:
                 break
-            batch.append(self.pending.popleft())
+            self.pending.popleft()
+            batch.append((items, future))
             self.in_calls.add(future)
             size += len(items)
         return batch

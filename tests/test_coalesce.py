@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from serving.coalesce import Coalescer
+from serving.coalesce import Coalescer, Overloaded
 
 
 class GatedCall:
@@ -118,5 +118,27 @@ def test_a_failed_call_fails_its_submits_only():
             with pytest.raises(RuntimeError, match="runner unavailable"):
                 await task
         assert await coalescer.submit([4]) == [8]  # the next call goes out as usual
+
+    asyncio.run(scenario())
+
+
+def test_a_submit_the_queue_could_not_answer_in_time_is_refused_at_once():
+    """A queue whose oldest piece has waited longer than a caller's time left refuses it; one given up doesn't count."""
+
+    async def scenario():
+        call = GatedCall()
+        coalescer = Coalescer(call, max_items=1, in_flight=1)
+        blocker = asyncio.create_task(coalescer.submit([0]))
+        waiting = asyncio.create_task(coalescer.submit([1]))
+        await asyncio.sleep(0.05)  # the queue (item 1) has stood 0.05 s
+        with pytest.raises(Overloaded):
+            await coalescer.submit([2], within_s=0.01)
+        patient = asyncio.create_task(coalescer.submit([3], within_s=30))
+        waiting.cancel()
+        await settle()
+        fresh = asyncio.create_task(coalescer.submit([4], within_s=0.01))  # behind 3, which has stood ~0 s
+        call.release.set()
+        assert (await blocker, await patient, await fresh) == ([0], [6], [8])
+        assert call.calls == [[0], [3], [4]]
 
     asyncio.run(scenario())

@@ -196,17 +196,20 @@ def changes(url, action):
 
 def test_requests_given_up_in_the_coalescer_are_never_sent_and_live_ones_are_answered(url):
     """Seven long requests: six hold the worker's calls, one waits; twenty clients give up while their
-    texts wait in the coalescer, ten others wait: the Encoder computes the long ones and the ten, nothing else."""
+    texts wait in the coalescer, ten others wait: the Encoder computes the long ones and the ten, nothing
+    else. One that announces 0.1 s of patience is refused at once (the queue has stood longer)."""
     alone = requests.post(f"{url}/v1/embeddings", json={"input": "live 3"}, timeout=30).json()["data"][0]["embedding"]
 
     async def action(session):
         long = [asyncio.create_task(post(session, url, {"input": [LONG] * 64})) for _ in range(7)]
         await asyncio.sleep(0.5)  # tokenized and sent
+        hurried = await post(session, url, {"input": "in a hurry"}, headers={"x-envoy-expected-rq-timeout-ms": "100"})
         impatient = [asyncio.create_task(post(session, url, {"input": f"impatient {i}"}, timeout_s=0.2)) for i in range(20)]
         live = [asyncio.create_task(post(session, url, {"input": f"live {i}"})) for i in range(10)]
-        return await asyncio.gather(*long), await asyncio.gather(*impatient), await asyncio.gather(*live)
+        return await asyncio.gather(*long), await asyncio.gather(*impatient), await asyncio.gather(*live), hurried
 
-    (long, impatient, live), computed, rejected = changes(url, action)
+    (long, impatient, live, hurried), computed, rejected = changes(url, action)
+    assert hurried[0] == 503 and hurried[1]["error"]["type"] == "overloaded" and rejected["shed"] == 1, (hurried, rejected)
     assert [status for status, _ in long] == [200] * 7 and [status for status, _ in live] == [200] * 10
     assert {status for status, _ in impatient} == {"gone"}
     assert computed == 7 * 64 + 10 and rejected["gone"] == 20, (computed, rejected)
