@@ -58,6 +58,7 @@ from serving.connections import limit_connections
 from serving.dispatch import dispatch_when_free
 from serving.drain import Drain
 from serving.gone import Dropped, Forgetter, deadline, new_key
+from serving.gpus import gpu_share
 from serving.hop import resend_unanswered
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
 from serving.telemetry import Timing, forget_dead_processes, telemetry
@@ -137,12 +138,12 @@ class Encoder:
 
 
 def encoder_for(tag: str, served: int) -> bentoml.Service:
-    """The Encoder of the stored model ``tag`` as a BentoML service, one of ``served``; they share one GPU."""
+    """The Encoder of the stored model ``tag`` as a BentoML service, one of ``served``: a GPU each, or a share of the first."""
     model = bentoml.models.BentoModel(tag)
     return bentoml.service(
         name="encoder" if served == 1 else f"encoder-{model.tag.name}",
         workers=1,
-        resources={"gpu": 1 / served},
+        resources={"gpu": gpu_share(served)},
         traffic={"timeout": settings.timeout_s},
         logging=NO_ACCESS_LOG,
         runner_connection=NEVER_RECYCLE,

@@ -11,4 +11,5 @@ aiohttp, but no inference runtime (torch, onnxruntime) and no HTTP framework of 
 - ``dispatch``  BentoML's adaptive batcher without its learned idle wait
 - ``drain``     on SIGTERM, the Encoder answers its callers' last calls before it stops
 - ``gone``      no work for clients that left or requests past their deadline, wherever it waits
+- ``gpus``      a GPU per model's Encoder, or a share of the first
 """
