@@ -7,7 +7,7 @@
                    scores / labels / base64 ◀── logits or embeddings ── by default)
 
 Routes: OpenAI's embeddings, Cohere's and Jina's rerank, textbento's classify, and
-text-embeddings-inference's API (``api/tei.py``). Configuration: ``TEXTBENTO_*`` environment
+text-embeddings-inference's API (``api/tei_routes.py``). Configuration: ``TEXTBENTO_*`` environment
 variables (``serving/settings.py``); ``TEXTBENTO_MODELS`` serves several models side by side.
 """
 
@@ -23,14 +23,12 @@ from typing import Any
 
 import bentoml
 import numpy as np
-from fastapi import Body, FastAPI
-from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
+from fastapi import FastAPI
 from starlette.responses import Response
 
-from api import tei
+from api import tei_routes
 from api.catalog import Catalog, ServedModel
-from api.errors import ERROR_RESPONSES, TEI_ERROR_RESPONSES, TEI_ROUTES, APIError, install_error_handlers
+from api.errors import ERROR_RESPONSES, TEI_ROUTES, APIError, install_error_handlers
 from api.limits import check_sizes, refuse_truncated
 from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CancelWhenGone, CountAnswers, JsonBodyOnly
 from api.options import check_dimensions, prompt_for
@@ -50,7 +48,7 @@ from api.types import (
 from models.backends import load_backend
 from models.cpu import describe as describe_cpu
 from models.inference import InferenceThread, Pass, run_passes
-from models.postprocess import l2_normalize, ranked_labels, scores, sparse_entries, truncate_dimensions
+from models.postprocess import ranked_labels, scores, truncate_dimensions
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextInput, TextTokenizer
 from serving.coalesce import Coalescer, Overloaded
@@ -175,6 +173,7 @@ app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
 app.add_middleware(JsonBodyOnly)
 app.add_middleware(CountAnswers, routes=lambda: app.openapi()["paths"])  # the declared routes
 app.add_middleware(CancelWhenGone)
+app.include_router(tei_routes.router)  # text-embeddings-inference's API, over the pipeline below
 
 
 @bentoml.service(
@@ -340,114 +339,6 @@ class TextBento:
         (answer,) = self.classifications(model, encoded, logits, None)
         return self.timed({"label": answer["label"], "confidence": answer["score"]}, timing)
 
-    # text-embeddings-inference's routes (api/tei.py), for its clients: huggingface_hub, LangChain, LlamaIndex.
-
-    @app.post("/embed", response_model=tei.EmbedResponse, responses=TEI_ERROR_RESPONSES)
-    async def tei_embed(self, request: tei.EmbedRequest) -> Response:
-        model = self.models.pick(request.model, "embed")
-        prompt = prompt_for(model.spec, request.prompt_name, None)
-        truncate, cut, dimensions = request.truncate is not False, request.truncation_direction, request.dimensions
-        vectors, timing = await self.embed(
-            model, request.inputs, "inputs", prompt=prompt, truncate=truncate, dimensions=dimensions, cut=cut
-        )
-        return self.timed([(l2_normalize(vector) if request.normalize else vector).tolist() for vector in vectors], timing)
-
-    @app.post("/embed_sparse", response_model=tei.EmbedSparseResponse, responses=TEI_ERROR_RESPONSES)
-    async def embed_sparse(self, request: tei.EmbedSparseRequest) -> Response:
-        """SPLADE's sparse vectors: per text, its non-zero ``{index, value}``."""
-        model = self.models.pick(request.model, "sparse")
-        texts = [prompt_for(model.spec, request.prompt_name, None) + text for text in request.inputs]
-        _, vectors, timing = await self.run(model, texts, request.truncate is not False, "inputs", request.truncation_direction)
-        return self.timed([sparse_entries(vector) for vector in vectors], timing)
-
-    @app.post("/predict", response_model=tei.PredictResponse, responses=TEI_ERROR_RESPONSES)
-    async def predict(self, request: tei.PredictRequest) -> Response:
-        """Every label with its score, best first, per input (a text or a pair)."""
-        model = self.models.pick(request.model, "classify")
-        inputs, parameters = request.inputs, request.parameters or tei.ClassificationParameters()
-        _, logits, timing = await self.run(model, inputs.items, request.truncate is not False, "inputs", request.truncation_direction)
-        raw = request.raw_scores or parameters.function_to_apply == "none"
-        activation = parameters.function_to_apply if parameters.function_to_apply in ("sigmoid", "softmax") else model.spec.activation
-        top_k = parameters.top_k or len(model.spec.labels)
-        answers = [
-            [
-                {"score": score, "label": label}
-                for label, score in ranked_labels(row if raw else scores(row, activation), model.spec.labels, top_k)
-            ]
-            for row in logits
-        ]
-        return self.timed(answers if inputs.batch else answers[0], timing)
-
-    @app.post("/rerank", response_model=tei.RerankResponse, responses=TEI_ERROR_RESPONSES)
-    async def tei_rerank(self, request: tei.RerankRequest) -> Response:
-        model = self.models.pick(request.model, "rerank")
-        truncate, cut = request.truncate is not False, request.truncation_direction
-        relevance, timing = await self.relevance(
-            model, request.query, request.texts, "texts", truncate=truncate, raw=request.raw_scores, cut=cut
-        )
-        return self.timed(tei.ranks(relevance, request.texts, request.return_text), timing)
-
-    @app.post("/similarity", response_model=tei.SimilarityResponse, responses=TEI_ERROR_RESPONSES)
-    async def similarity(self, request: tei.SimilarityRequest) -> Response:
-        """The cosine similarity of each sentence to the source sentence."""
-        model = self.models.pick(request.model, "embed")
-        parameters = request.parameters or tei.SimilarityParameters()
-        prompt = prompt_for(model.spec, parameters.prompt_name, None)
-        texts = [request.inputs.source_sentence, *request.inputs.sentences]
-        truncate, cut = parameters.truncate is not False, parameters.truncation_direction
-        vectors, timing = await self.embed(model, texts, "inputs.sentences", prompt=prompt, truncate=truncate, dimensions=None, cut=cut)
-        return self.timed(tei.cosines(vectors[0], vectors[1:]), timing)
-
-    @app.post("/tokenize", response_model=tei.TokenizeResponse, responses=TEI_ERROR_RESPONSES)
-    async def tokenize(self, request: tei.TokenizeRequest) -> Response:
-        """The tokens each input is read as, uncut, with where they lie in it."""
-        model = self.models.named(request.model)
-        texts = [prompt_for(model.spec, request.prompt_name, None) + text for text in request.inputs]
-        check_sizes(texts, "inputs", settings.max_inputs, settings.max_chars)
-        listed = await asyncio.to_thread(model.tokenizer.tokens, texts, request.add_special_tokens)
-        return json_response([[token.__dict__ for token in tokens] for tokens in listed])
-
-    @app.get("/info", response_model=tei.Info, responses=TEI_ERROR_RESPONSES)
-    async def info(self, model: str | None = None) -> tei.Info:
-        """The model (the first served unless ``?model=`` names one) and this server's limits, in TEI's fields."""
-        served = self.models.named(model)
-        device = await served.encoder().to_async.device()
-        return tei.Info(
-            model_id=served.spec.source or served.name,
-            model_sha=served.spec.revision,
-            model_dtype=tei.dtype(device["precision"]),
-            served_model_name=served.name,
-            model_type=tei.model_type(served.spec),
-            max_concurrent_requests=settings.max_concurrency,
-            max_input_length=served.spec.max_length,
-            max_batch_tokens=settings.token_budget,
-            max_batch_requests=settings.max_batch_size,
-            max_client_batch_size=settings.max_inputs,
-            auto_truncate=True,
-            tokenization_workers=settings.api_workers,
-            version=bentoml.__version__,
-        )
-
-    @app.post("/", responses=TEI_ERROR_RESPONSES)
-    async def tei_root(self, body: dict[str, Any] = Body(), model: str | None = None) -> Response:
-        """TEI's root route, by what the model (``model``, else the first served) does: ``/predict`` for a
-        classifier, ``/rerank`` for a reranker, ``/embed_sparse`` for SPLADE, ``/embed`` for an embedder,
-        and ``/similarity`` when an embedder gets a source sentence and sentences (as huggingface_hub's
-        ``sentence_similarity`` sends them). ``?model=`` names the model for clients that cannot put it in
-        the body: ``InferenceClient(model="http://host:3000/?model=classifier")``."""
-        if model is not None:
-            body = {**body, "model": model}
-        served = self.models.named(body.get("model") if isinstance(body.get("model"), str) else None)
-        if served.does("rerank"):
-            return await self.tei_rerank(parse(tei.RerankRequest, body))
-        if served.spec.task == "classify":
-            return await self.predict(parse(tei.PredictRequest, body))
-        if served.spec.task == "sparse":
-            return await self.embed_sparse(parse(tei.EmbedSparseRequest, body))
-        if isinstance(body.get("inputs"), dict):
-            return await self.similarity(parse(tei.SimilarityRequest, body))
-        return await self.tei_embed(parse(tei.EmbedRequest, body))
-
 
 if keys := settings.keys():
     # Every route that runs a model; the probes stay open, and /metrics unless told otherwise.
@@ -472,14 +363,6 @@ def card(model: ServedModel, device: dict[str, Any]) -> ModelCard:
         source=spec.source,
         **device,
     )
-
-
-def parse(request_type: type[tei.TEIRequest], body: dict[str, Any]) -> Any:
-    """``body`` as ``request_type``; invalid → the 422 FastAPI's own validation would give."""
-    try:
-        return request_type.model_validate(body)
-    except ValidationError as exc:
-        raise RequestValidationError([{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]) from None
 
 
 def base64_floats(vector: np.ndarray) -> str:

@@ -1,0 +1,148 @@
+"""text-embeddings-inference's routes (their types: ``api/tei.py``), for TEI's clients: huggingface_hub's
+``InferenceClient``, LangChain's and LlamaIndex's TEI integrations. Each is TEI's shape over the
+pipeline of ``service.py`` (``TextBento.run``, ``embed``, ``relevance``, ``timed``), whose instance
+BentoML gives every route (``Served``); errors come in TEI's shape on these paths (``api/errors.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import bentoml
+from fastapi import APIRouter, Body, Depends
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from models.postprocess import l2_normalize, ranked_labels, scores, sparse_entries
+from serving.settings import settings
+
+from . import tei
+from .errors import TEI_ERROR_RESPONSES
+from .limits import check_sizes
+from .options import prompt_for
+from .responses import json_response
+
+router = APIRouter()
+Served = Depends(bentoml.get_current_service)  # the TextBento instance answering
+
+
+@router.post("/embed", response_model=tei.EmbedResponse, responses=TEI_ERROR_RESPONSES)
+async def tei_embed(request: tei.EmbedRequest, server: Any = Served) -> Response:
+    model = server.models.pick(request.model, "embed")
+    prompt = prompt_for(model.spec, request.prompt_name, None)
+    truncate, cut, dimensions = request.truncate is not False, request.truncation_direction, request.dimensions
+    vectors, timing = await server.embed(model, request.inputs, "inputs", prompt=prompt, truncate=truncate, dimensions=dimensions, cut=cut)
+    return server.timed([(l2_normalize(vector) if request.normalize else vector).tolist() for vector in vectors], timing)
+
+
+@router.post("/embed_sparse", response_model=tei.EmbedSparseResponse, responses=TEI_ERROR_RESPONSES)
+async def embed_sparse(request: tei.EmbedSparseRequest, server: Any = Served) -> Response:
+    """SPLADE's sparse vectors: per text, its non-zero ``{index, value}``."""
+    model = server.models.pick(request.model, "sparse")
+    texts = [prompt_for(model.spec, request.prompt_name, None) + text for text in request.inputs]
+    _, vectors, timing = await server.run(model, texts, request.truncate is not False, "inputs", request.truncation_direction)
+    return server.timed([sparse_entries(vector) for vector in vectors], timing)
+
+
+@router.post("/predict", response_model=tei.PredictResponse, responses=TEI_ERROR_RESPONSES)
+async def predict(request: tei.PredictRequest, server: Any = Served) -> Response:
+    """Every label with its score, best first, per input (a text or a pair)."""
+    model = server.models.pick(request.model, "classify")
+    inputs, parameters = request.inputs, request.parameters or tei.ClassificationParameters()
+    _, logits, timing = await server.run(model, inputs.items, request.truncate is not False, "inputs", request.truncation_direction)
+    raw = request.raw_scores or parameters.function_to_apply == "none"
+    activation = parameters.function_to_apply if parameters.function_to_apply in ("sigmoid", "softmax") else model.spec.activation
+    top_k = parameters.top_k or len(model.spec.labels)
+    answers = [
+        [
+            {"score": score, "label": label}
+            for label, score in ranked_labels(row if raw else scores(row, activation), model.spec.labels, top_k)
+        ]
+        for row in logits
+    ]
+    return server.timed(answers if inputs.batch else answers[0], timing)
+
+
+@router.post("/rerank", response_model=tei.RerankResponse, responses=TEI_ERROR_RESPONSES)
+async def tei_rerank(request: tei.RerankRequest, server: Any = Served) -> Response:
+    model = server.models.pick(request.model, "rerank")
+    truncate, cut = request.truncate is not False, request.truncation_direction
+    relevance, timing = await server.relevance(
+        model, request.query, request.texts, "texts", truncate=truncate, raw=request.raw_scores, cut=cut
+    )
+    return server.timed(tei.ranks(relevance, request.texts, request.return_text), timing)
+
+
+@router.post("/similarity", response_model=tei.SimilarityResponse, responses=TEI_ERROR_RESPONSES)
+async def similarity(request: tei.SimilarityRequest, server: Any = Served) -> Response:
+    """The cosine similarity of each sentence to the source sentence."""
+    model = server.models.pick(request.model, "embed")
+    parameters = request.parameters or tei.SimilarityParameters()
+    prompt = prompt_for(model.spec, parameters.prompt_name, None)
+    texts = [request.inputs.source_sentence, *request.inputs.sentences]
+    truncate, cut = parameters.truncate is not False, parameters.truncation_direction
+    vectors, timing = await server.embed(model, texts, "inputs.sentences", prompt=prompt, truncate=truncate, dimensions=None, cut=cut)
+    return server.timed(tei.cosines(vectors[0], vectors[1:]), timing)
+
+
+@router.post("/tokenize", response_model=tei.TokenizeResponse, responses=TEI_ERROR_RESPONSES)
+async def tokenize(request: tei.TokenizeRequest, server: Any = Served) -> Response:
+    """The tokens each input is read as, uncut, with where they lie in it."""
+    model = server.models.named(request.model)
+    texts = [prompt_for(model.spec, request.prompt_name, None) + text for text in request.inputs]
+    check_sizes(texts, "inputs", settings.max_inputs, settings.max_chars)
+    listed = await asyncio.to_thread(model.tokenizer.tokens, texts, request.add_special_tokens)
+    return json_response([[token.__dict__ for token in tokens] for tokens in listed])
+
+
+@router.get("/info", response_model=tei.Info, responses=TEI_ERROR_RESPONSES)
+async def info(model: str | None = None, server: Any = Served) -> tei.Info:
+    """The model (the first served unless ``?model=`` names one) and this server's limits, in TEI's fields."""
+    served = server.models.named(model)
+    device = await served.encoder().to_async.device()
+    return tei.Info(
+        model_id=served.spec.source or served.name,
+        model_sha=served.spec.revision,
+        model_dtype=tei.dtype(device["precision"]),
+        served_model_name=served.name,
+        model_type=tei.model_type(served.spec),
+        max_concurrent_requests=settings.max_concurrency,
+        max_input_length=served.spec.max_length,
+        max_batch_tokens=settings.token_budget,
+        max_batch_requests=settings.max_batch_size,
+        max_client_batch_size=settings.max_inputs,
+        auto_truncate=True,
+        tokenization_workers=settings.api_workers,
+        version=bentoml.__version__,
+    )
+
+
+@router.post("/", responses=TEI_ERROR_RESPONSES)
+async def tei_root(body: dict[str, Any] = Body(), model: str | None = None, server: Any = Served) -> Response:
+    """TEI's root route, by what the model (``model``, else the first served) does: ``/predict`` for a
+    classifier, ``/rerank`` for a reranker, ``/embed_sparse`` for SPLADE, ``/embed`` for an embedder,
+    and ``/similarity`` when an embedder gets a source sentence and sentences (as huggingface_hub's
+    ``sentence_similarity`` sends them). ``?model=`` names the model for clients that cannot put it in
+    the body: ``InferenceClient(model="http://host:3000/?model=classifier")``."""
+    if model is not None:
+        body = {**body, "model": model}
+    served = server.models.named(body.get("model") if isinstance(body.get("model"), str) else None)
+    if served.does("rerank"):
+        return await tei_rerank(parse(tei.RerankRequest, body), server)
+    if served.spec.task == "classify":
+        return await predict(parse(tei.PredictRequest, body), server)
+    if served.spec.task == "sparse":
+        return await embed_sparse(parse(tei.EmbedSparseRequest, body), server)
+    if isinstance(body.get("inputs"), dict):
+        return await similarity(parse(tei.SimilarityRequest, body), server)
+    return await tei_embed(parse(tei.EmbedRequest, body), server)
+
+
+def parse(request_type: type[tei.TEIRequest], body: dict[str, Any]) -> Any:
+    """``body`` as ``request_type``; invalid → the 422 FastAPI's own validation would give."""
+    try:
+        return request_type.model_validate(body)
+    except ValidationError as exc:
+        raise RequestValidationError([{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]) from None
