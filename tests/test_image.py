@@ -38,6 +38,9 @@ ENGINE = ["docker"] if DOCKER else PODMAN
 if not DOCKER:  # podman must read the storage buildah builds into (deploy/image/env.sh)
     os.environ.setdefault("CONTAINERS_STORAGE_CONF", str(ROOT / "deploy/image/storage.conf"))
 RUN_OPTIONS = ["--network", "host", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
+# Issue 22: the CPU image of the embedded MiniLM was 1,471 MB before deploy/image/slim.sh; past this,
+# something serving does not use has come back (build tools, a cache, weights the CPU never reads).
+MAX_CPU_IMAGE_MB = 600
 
 
 MEASURED: dict[str, dict] = {}  # per image: size, build time, cold start → bench/results/image-test.json
@@ -107,6 +110,29 @@ def test_the_cpu_image_carries_no_pytorch(images):
         timeout=120,
     )
     assert result.stdout.split() == ["None", "True"], result.stderr[-2000:]
+
+
+def test_the_cpu_images_stay_small(images):
+    sizes = {image: MEASURED[image]["size_mb"] for image in images.values()}
+    assert all(size <= MAX_CPU_IMAGE_MB for size in sizes.values()), sizes
+
+
+def test_the_cpu_image_holds_only_what_serving_uses(images):
+    """No build tools or uv (BentoML's Dockerfile installs them), no weights the CPU backends never read;
+    the two graphs that backend auto on CPU loads are there."""
+    probe = (
+        "import glob, os, shutil; m = os.environ['BENTO_PATH'] + '/models/**/';"
+        " print([t for t in ('gcc', 'make', 'git', 'gpg', 'uv') if shutil.which(t)],"
+        " [os.path.basename(f) for p in ('*.safetensors', '*.bin', 'model-fp16.onnx*') for f in glob.glob(m + p, recursive=True)],"
+        " sorted(os.path.basename(f) for f in glob.glob(m + 'onnx/*.onnx', recursive=True)))"
+    )
+    result = subprocess.run(
+        [*ENGINE, "run", "--rm", *RUN_OPTIONS, "--entrypoint", "python", images["embed"], "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.strip() == "[] [] ['model-int8.onnx', 'model.onnx']", (result.stdout, result.stderr[-2000:])
 
 
 def test_the_embeddings_image_answers_like_its_backend(images, embed_tag):

@@ -54,6 +54,20 @@ cd "$root"
 bento="$("$bentoml" build -f "$bentofile" --arg "model=$model" -o tag | tail -n 1)"
 bento="${bento#__tag__:}"
 "$bentoml" containerize "$bento" "${backend[@]}" --image-tag "$image"
+# The CPU image, flattened: deploy/image/slim.sh deletes what serving never uses (BentoML's build
+# tools, uv and its cache, the model's PyTorch and fp16 weights), and only a squashed commit makes
+# that smaller. Config (entrypoint, user, env) carries over; the unsquashed image's layers stay
+# cached for the next build. Not with a Docker engine, which has no squashing commit.
+if [ "$flavour" = cpu ] && [ "${backend[1]}" = buildah ]; then
+    full="$(podman image inspect --format '{{.Id}}' "$image")"
+    container="$(buildah from --quiet --pull=never "$image")"
+    trap 'buildah rm "$container" >/dev/null 2>&1 || true' EXIT
+    buildah copy "$container" "$here/slim.sh" /tmp/slim.sh >/dev/null
+    buildah run --user root "$container" -- bash /tmp/slim.sh
+    buildah commit --quiet --squash --rm "$container" "$image" >/dev/null
+    trap - EXIT
+    podman rmi --no-prune "$full" >/dev/null
+fi
 size_mb=$(( $(size) / 1000000 ))
 build_s=$(( SECONDS - started ))
 echo "image $image from bento $bento: $size_mb MB, built in $build_s s"
