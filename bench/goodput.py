@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import re
 import resource
@@ -148,6 +149,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ref", default="d507f78", help="the tree before the drop of work for gone clients")
     parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--out", default="goodput.json", help="result file (bench/results/ unless a path)")
     args = parser.parse_args()
     tags: list[str] = []
     with worktree(args.ref) as ref_tree:
@@ -161,7 +163,10 @@ def main() -> None:
         finally:
             for tag in tags:  # ~270 MB each
                 bentoml.models.delete(tag)
-    write_result("goodput.json", {"ref": args.ref, "seconds": args.seconds, "patience_s": PATIENCE_S, "trees": report})
+    admission = os.environ.get("TEXTBENTO_MAX_CONCURRENCY", "default")
+    write_result(
+        args.out, {"ref": args.ref, "seconds": args.seconds, "patience_s": PATIENCE_S, "max_concurrency": admission, "trees": report}
+    )
     for name, row in report.items():
         print(name, row["capacity_per_s"], row["probe"], {load: r["share_of_capacity"] for load, r in row["goodput"].items()})
 
