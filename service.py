@@ -48,7 +48,7 @@ from api.types import (
 from models.backends import load_backend
 from models.cpu import describe as describe_cpu
 from models.inference import InferenceThread, Pass, run_passes
-from models.postprocess import ranked_labels, scores, truncate_dimensions
+from models.postprocess import best_first, ranked_labels, scores, truncate_dimensions
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextInput, TextTokenizer
 from serving.coalesce import Coalescer, Overloaded
@@ -316,14 +316,13 @@ class TextBento:
         """The documents by relevance to the query: each pair scored by the cross-encoder, best first."""
         model = self.models.pick(request.model, "rerank")
         relevance, timing = await self.relevance(model, request.query, request.documents, "documents")
-        best_first = sorted(range(len(relevance)), key=lambda index: -relevance[index])[: request.top_n]
         results = [
             {
                 "index": i,
                 "relevance_score": relevance[i],
                 **({"document": {"text": request.documents[i]}} if request.return_documents else {}),
             }
-            for i in best_first
+            for i in best_first(relevance)[: request.top_n]
         ]
         return self.timed({"model": model.name, "results": results, "usage": usage(timing.tokens)}, timing)
 

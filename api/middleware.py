@@ -11,7 +11,7 @@ from functools import cached_property
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serving.gone import deadline, deadline_of
+from serving.gone import DEADLINE_HEADERS, deadline, deadline_of
 from serving.settings import settings
 from serving.telemetry import telemetry
 
@@ -171,9 +171,9 @@ class CancelWhenGone:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+        announced = {name: value for name in DEADLINE_HEADERS if (value := header(scope, name.encode()))}
         try:
-            deadline.set(deadline_of(headers, settings.timeout_s, time.time()))
+            deadline.set(deadline_of(announced, settings.timeout_s, time.time()))
         except ValueError as error:
             return await reject(APIError(400, "invalid_request", str(error)), scope, receive, send)
         handler, body_read, answering, gone = asyncio.current_task(), asyncio.Event(), False, False

@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, RootModel
 
-from models.postprocess import l2_normalize
+from models.postprocess import best_first, l2_normalize
 from models.spec import ModelSpec
 from models.tokenization import TextInput
 
@@ -224,8 +224,7 @@ def dtype(precision: str) -> str:
 
 def ranks(relevance: list[float], texts: list[str], return_text: bool) -> list[dict]:
     """Every text's index and score, best first; its text too when asked for."""
-    best_first = sorted(range(len(relevance)), key=lambda index: -relevance[index])
-    return [{"index": i, **({"text": texts[i]} if return_text else {}), "score": relevance[i]} for i in best_first]
+    return [{"index": i, **({"text": texts[i]} if return_text else {}), "score": relevance[i]} for i in best_first(relevance)]
 
 
 def cosines(source: np.ndarray, others: list[np.ndarray]) -> list[float]:

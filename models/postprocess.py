@@ -39,6 +39,11 @@ def scores(logits: np.ndarray, activation: Activation) -> np.ndarray:
     return sigmoid(logits) if activation == "sigmoid" else softmax(logits)
 
 
+def best_first(scores: Sequence[float]) -> list[int]:
+    """The indices of ``scores``, highest first (ties in input order): rerank results' order."""
+    return sorted(range(len(scores)), key=lambda index: -scores[index])
+
+
 def ranked_labels(probabilities: np.ndarray, labels: Sequence[str], top_k: int) -> list[tuple[str, float]]:
     """The ``top_k`` (label, probability) pairs of one row, most probable first."""
     order = np.argsort(-probabilities, kind="stable")[:top_k]

@@ -76,13 +76,10 @@ class TextTokenizer:
                 if special:
                     tokens.append(Token(id_, token, True, None, None))
                 else:  # the tokenizer's offsets count characters; TEI's count UTF-8 bytes
-                    first = len(text[:start].encode())
-                    tokens.append(Token(id_, text[start:stop], False, first, first + len(text[start:stop].encode())))
+                    piece, first = text[start:stop], len(text[:start].encode())
+                    tokens.append(Token(id_, piece, False, first, first + len(piece.encode())))
             listed.append(tokens)
         return listed
-
-    def decode(self, ids: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]:
-        return self._backend.decode_batch([list(row) for row in ids], skip_special_tokens=skip_special_tokens)
 
 
 @dataclass(frozen=True)

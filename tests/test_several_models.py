@@ -118,6 +118,22 @@ def test_teis_predict_rerank_similarity_and_tokenize_in_teis_shapes(url):
     assert len(ok(post(url, "/tokenize", {"inputs": ["a", "b c"], "add_special_tokens": False}))[1]) == 2
 
 
+def test_bad_input_on_teis_routes_gets_a_clear_4xx_in_teis_shape(url):
+    for path, body, status, words in [
+        ("/predict", {"inputs": [["a", "b", "c"]]}, 422, "pair"),  # a batch item of three texts
+        ("/predict", {"inputs": []}, 422, "inputs"),
+        ("/embed", {"inputs": "x", "prompt_name": "query"}, 400, "prompt_name"),  # MiniLM has no prompts
+        ("/embed", {"inputs": "x", "truncation_direction": "middle"}, 422, "truncation_direction"),
+        ("/rerank", {"query": "q", "texts": []}, 422, "texts"),
+        ("/similarity", {"inputs": {"source_sentence": "a", "sentences": ["b"]}, "model": "sst2-test"}, 400, "'embed'"),
+        ("/tokenize", {"inputs": "x", "model": "gpt-4"}, 404, "gpt-4"),
+        ("/", {"inputs": "x", "temperature": 1}, 422, "temperature"),
+    ]:
+        refused = post(url, path, body)
+        assert refused.status_code == status and set(refused.json()) == {"error", "error_type"}, (path, refused.text)
+        assert words in refused.json()["error"], (path, refused.text)
+
+
 def test_teis_info_and_root_route_follow_each_model(url):
     info = ok(requests.get(f"{url}/info", timeout=30))
     assert info["served_model_name"] == "minilm" and info["model_type"] == {"embedding": {"pooling": "mean"}}
