@@ -72,21 +72,34 @@ def test_requirements_are_our_serving_pins_without_torch(bento, info):
     assert info["image"]["python_version"] == "3.11"
 
 
+CUDA_RUNTIMES = {
+    "onnxruntime-gpu==1.31.1",
+    "nvidia-cuda-runtime==13.0.96",
+    "nvidia-cublas==13.1.1.3",
+    "nvidia-curand==10.4.0.35",
+    "nvidia-cuda-nvrtc==13.0.88",
+}
+
+
 def test_the_flat_requirement_files_agree():
-    """serve-gpu.txt is serve-cpu.txt with the GPU runtime, and torch pinned as for development."""
-    cpu, gpu, development = (pins(ROOT / name) for name in ("requirements/serve-cpu.txt", "requirements/serve-gpu.txt", "requirements.txt"))
-    assert gpu - cpu == {"onnxruntime-gpu[cuda,cudnn]==1.31.1"} | {
-        line for line in development if line.startswith(("torch", "transformers", "safetensors"))
-    }
-    assert cpu - gpu == {"onnxruntime==1.31.1"}
+    """serve-gpu.txt is serve-cpu.txt with ONNX Runtime's CUDA build and the CUDA libraries it links,
+    no PyTorch; serve-gpu-torch.txt adds torch pinned as for development."""
+    cpu, gpu, gpu_torch, development = (
+        pins(ROOT / "requirements" / name) for name in ("serve-cpu.txt", "serve-gpu.txt", "serve-gpu-torch.txt", "../requirements.txt")
+    )
+    assert gpu - cpu == CUDA_RUNTIMES and cpu - gpu == {"onnxruntime==1.31.1"}
+    assert gpu_torch - gpu == {line for line in development if line.startswith(("torch", "transformers", "safetensors"))}
+    assert gpu <= gpu_torch
 
 
-def test_the_gpu_bento_adds_cuda_runtimes(embed_tag, tmp_path):
-    tag = bentoml("build", "-f", "deploy/gpu/bentofile.yaml", "--arg", f"model={embed_tag}", "-o", "tag").splitlines()[-1]
+@pytest.mark.parametrize("flavour, torch", [("gpu", False), ("gpu-torch", True)])
+def test_the_gpu_bentos_add_cuda_runtimes(embed_tag, flavour, torch):
+    tag = bentoml("build", "-f", f"deploy/{flavour}/bentofile.yaml", "--arg", f"model={embed_tag}", "-o", "tag").splitlines()[-1]
     path = Path(bentoml("get", tag.removeprefix("__tag__:"), "-o", "path").strip())
     requirements = pins(path / "env/python/requirements.txt")
-    assert pins(ROOT / "requirements/serve-gpu.txt") <= requirements and "onnxruntime-gpu[cuda,cudnn]==1.31.1" in requirements
+    assert pins(ROOT / f"requirements/serve-{flavour}.txt") <= requirements and requirements >= CUDA_RUNTIMES
     assert not any(line.startswith("onnxruntime==") for line in requirements)
+    assert any(line.startswith("torch==") for line in requirements) == torch
 
 
 def test_the_bento_records_its_model_and_stays_offline(info, embed_tag):

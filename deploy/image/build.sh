@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The OCI image of a model: bentoml build, then bentoml containerize.
 #
-#   deploy/image/build.sh [cpu|gpu]          # MODEL=<store tag> (default text-model:latest), IMAGE=<name:tag>
+#   deploy/image/build.sh [cpu|gpu|gpu-torch]    # MODEL=<store tag> (default text-model:latest), IMAGE=<name:tag>
 #
 # With a Docker engine, `bentoml containerize` uses it (and pulls its base image). Without one it
 # uses buildah on a base image made locally from Debian packages (deploy/image/base.sh), so no
@@ -16,15 +16,16 @@ bentoml="${BENTOML:-$root/.venv/bin/bentoml}"
 case "$flavour" in
     cpu) bentofile="$root/bentofile.yaml" ;;
     gpu) bentofile="$root/deploy/gpu/bentofile.yaml" ;;
-    *) echo "usage: $0 [cpu|gpu]" >&2; exit 2 ;;
+    gpu-torch) bentofile="$root/deploy/gpu-torch/bentofile.yaml" ;;
+    *) echo "usage: $0 [cpu|gpu|gpu-torch]" >&2; exit 2 ;;
 esac
 image="${IMAGE:-textbento:$flavour}"
 started=$SECONDS
 
-# The CPU image has no PyTorch: its model must carry the ONNX graphs that the onnx backends run.
-if [ "$flavour" = cpu ] && ! "$bentoml" models get "$model" -o json | grep -q '"onnx": true'; then
-    echo "$model has no ONNX graphs, which the CPU image serves with; add them with:" >&2
-    echo "  python -m train_import.export_onnx $model" >&2
+# Only gpu-torch has PyTorch: the others' model must carry the ONNX graphs that the onnx backends run.
+if [ "$flavour" != gpu-torch ] && ! "$bentoml" models get "$model" -o json | grep -q '"onnx": true'; then
+    echo "$model has no ONNX graphs, which the $flavour image serves with; add them with:" >&2
+    echo "  python -m train_import.export_onnx $model    (or build the gpu-torch image)" >&2
     exit 1
 fi
 
@@ -54,16 +55,16 @@ cd "$root"
 bento="$("$bentoml" build -f "$bentofile" --arg "model=$model" -o tag | tail -n 1)"
 bento="${bento#__tag__:}"
 "$bentoml" containerize "$bento" "${backend[@]}" --image-tag "$image"
-# The CPU image, flattened: deploy/image/slim.sh deletes what serving never uses (BentoML's build
-# tools, uv and its cache, the model's PyTorch and fp16 weights), and only a squashed commit makes
-# that smaller. Config (entrypoint, user, env) carries over; the unsquashed image's layers stay
-# cached for the next build. Not with a Docker engine, which has no squashing commit.
-if [ "$flavour" = cpu ] && [ "${backend[1]}" = buildah ]; then
+# The image, flattened: deploy/image/slim.sh deletes what serving never uses (BentoML's build tools,
+# uv and its cache, the model files the flavour never reads), and only a squashed commit makes that
+# smaller. Config (entrypoint, user, env) carries over; the unsquashed image's layers stay cached
+# for the next build. Not with a Docker engine, which has no squashing commit.
+if [ "${backend[1]}" = buildah ]; then
     full="$(podman image inspect --format '{{.Id}}' "$image")"
     container="$(buildah from --quiet --pull=never "$image")"
     trap 'buildah rm "$container" >/dev/null 2>&1 || true' EXIT
     buildah copy "$container" "$here/slim.sh" /tmp/slim.sh >/dev/null
-    buildah run --user root "$container" -- bash /tmp/slim.sh
+    buildah run --user root "$container" -- bash /tmp/slim.sh "$flavour"
     buildah commit --quiet --squash --rm "$container" "$image" >/dev/null
     trap - EXIT
     podman rmi --no-prune "$full" >/dev/null
@@ -71,8 +72,19 @@ fi
 size_mb=$(( $(size) / 1000000 ))
 build_s=$(( SECONDS - started ))
 echo "image $image from bento $bento: $size_mb MB, built in $build_s s"
-# REPORT=<file>: the same as JSON (make image writes bench/results/image-<flavour>.json).
+# REPORT=<file>: the same as JSON (make image writes bench/results/image-<flavour>.json), with what
+# the image holds: du -sm (MiB) of its biggest folders and files (buildah only: podman mounts the image).
 if [ -n "${REPORT:-}" ]; then
-    printf '{"image": "%s", "bento": "%s", "model": "%s", "size_mb": %s, "build_s": %s, "date": "%s"}\n' \
-        "$image" "$bento" "$model" "$size_mb" "$build_s" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$REPORT"
+    contents="{}"
+    if [ "${backend[1]}" = buildah ]; then
+        rootfs="$(podman image mount "$image")"
+        # One du per level (a du counts a folder once, under the first argument holding it); du fails
+        # on the patterns a flavour has nothing for.
+        contents="$(cd "$rootfs" && { du -sm usr app/.venv home/bentoml/bento; du -sm app/.venv/lib/python3*/site-packages/* \
+            home/bentoml/bento/models/*/*/onnx/* home/bentoml/bento/models/*/*/*.safetensors 2>/dev/null || true; } |
+            sort -rn | head -n 16 | awk '{ printf "%s\"/%s\": %s", (NR > 1 ? ", " : "{"), $2, $1 } END { print "}" }')"
+        podman image unmount "$image" >/dev/null
+    fi
+    printf '{"image": "%s", "bento": "%s", "model": "%s", "size_mb": %s, "build_s": %s, "contents_mib": %s, "date": "%s"}\n' \
+        "$image" "$bento" "$model" "$size_mb" "$build_s" "$contents" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$REPORT"
 fi

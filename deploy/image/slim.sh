@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
-# Run as root inside the CPU image that `bentoml containerize` built (deploy/image/build.sh), before
+# Run as root inside the image that `bentoml containerize` built (deploy/image/build.sh), before
 # build.sh commits it as one squashed layer: deleting here only shrinks the image because of that.
+#
+#   slim.sh cpu|gpu|gpu-torch     (the flavour decides which of the model's files stay)
 #
 # BentoML 1.4's Dockerfile (bento v2) cannot be changed from a bentofile: a dockerfile_template
 # turns the bento into a v1 one, and its fixed apt line installs build tools our wheels never use.
 set -euo pipefail
+flavour="${1:-}"
 bento="${BENTO_PATH:-/home/bentoml/bento}"
+
+# The model files the image never reads. Backend auto on CPU loads onnx/model-int8.onnx and checks
+# it against onnx/model.onnx (its fallback too); on CUDA it loads onnx/model-fp16.onnx. The PyTorch
+# weights need torch, which only the gpu-torch flavour has, and the fp16 graph needs CUDA.
+# Tokenizer, config and dense.npz stay in every flavour.
+case "$flavour" in
+    cpu) unread=(-name '*.safetensors' -o -name 'pytorch_model.bin' -o -name 'model-fp16.onnx' -o -name 'model-fp16.onnx.data') ;;
+    gpu) unread=(-name '*.safetensors' -o -name 'pytorch_model.bin') ;;
+    gpu-torch) unread=() ;;
+    *) echo "usage: $0 cpu|gpu|gpu-torch" >&2; exit 2 ;;
+esac
 
 # What BentoML's Dockerfile installs for building sdists (all our pins are wheels) and for adding
 # apt keys, with the dependencies apt marked automatic (the base's packages are all manual). Not
@@ -28,8 +42,10 @@ rm -rf /usr/share/locale/* /usr/share/man/* /usr/share/doc/* /usr/share/info/*
 # Packages' own test suites (onnx's backend test data alone is 17 MB); nothing imports them to serve.
 find /app/.venv/lib/python3*/site-packages -mindepth 2 -type d \( -name tests -o -name test \) -prune -exec rm -rf {} +
 
-# The model files the CPU image never reads: backend auto on CPU loads onnx/model-int8.onnx and
-# checks it against onnx/model.onnx (its fallback too); tokenizer, config and dense.npz stay. The
-# PyTorch weights need torch, which this image does not have, and the fp16 graph needs CUDA.
-find "$bento/models" -type f \( -name '*.safetensors' -o -name 'pytorch_model.bin' -o -name 'model-fp16.onnx' \
-    -o -name 'model-fp16.onnx.data' \) -print -delete
+# NVRTC's second build (libnvrtc.alt.so.13 and its builtins, 109 MB), which nothing here loads:
+# ONNX Runtime and PyTorch dlopen libnvrtc.so.13.
+rm -f /app/.venv/lib/python3*/site-packages/nvidia/cu*/lib/libnvrtc*.alt.so*
+
+if [ ${#unread[@]} -gt 0 ]; then
+    find "$bento/models" -type f \( "${unread[@]}" \) -print -delete
+fi
