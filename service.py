@@ -328,7 +328,7 @@ class TextBento:
 
     @app.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
     async def model_list(self) -> ModelList:
-        devices = await asyncio.gather(*(model.encoder().to_async.device() for model in self.models))
+        devices = await asyncio.gather(*(model.serving() for model in self.models))
         return ModelList(data=[card(model, device) for model, device in zip(self.models, devices)])
 
     @app.post("/api/v1/sentiment", response_model=SentimentResponse, responses=ERROR_RESPONSES)

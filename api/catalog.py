@@ -9,10 +9,14 @@ answer from a route meant for another.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import aiohttp
+from bentoml.exceptions import BentoMLException
 
 from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
@@ -39,6 +43,18 @@ class ServedModel:
     # Admission per model: a slow or restarting model fills its own share of a worker, not the others'.
     max_in_flight: int = 512
     in_flight: int = 0
+    served_as: dict[str, Any] | None = None  # the Encoder's last answer to ``serving()``
+
+    async def serving(self, within_s: float = 2.0) -> dict[str, Any]:
+        """How the Encoder serves the model (backend, device, precision, fidelity, CPU), asked now; where
+        it does not answer within ``within_s`` (restarting after a crash, loading), its last answer, so
+        that the model list and TEI's /info stay up while one Encoder restarts. 503 before any answer."""
+        try:
+            self.served_as = await asyncio.wait_for(self.encoder().to_async.device(), within_s)
+        except (TimeoutError, aiohttp.ClientError, BentoMLException):
+            if self.served_as is None:
+                raise APIError(503, "runner_unavailable", f"model {self.name!r} is starting; retry shortly", retry_after=1) from None
+        return self.served_as
 
     def does(self, need: Need) -> bool:
         if need == "rerank":

@@ -101,7 +101,7 @@ async def tokenize(request: tei.TokenizeRequest, server: Any = Served) -> Respon
 async def info(model: str | None = None, server: Any = Served) -> tei.Info:
     """The model (the first served unless ``?model=`` names one) and this server's limits, in TEI's fields."""
     served = server.models.named(model)
-    device = await served.encoder().to_async.device()
+    device = await served.serving()
     return tei.Info(
         model_id=served.spec.source or served.name,
         model_sha=served.spec.revision,

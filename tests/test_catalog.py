@@ -1,5 +1,11 @@
-"""api.catalog without a server: which served model answers a request, and admission per model."""
+"""api.catalog without a server: which served model answers a request, admission per model, and
+how each is served (its Encoder's card) while that Encoder restarts."""
 
+import asyncio
+from dataclasses import replace
+from types import SimpleNamespace
+
+import aiohttp
 import pytest
 
 from api.catalog import Catalog, ServedModel
@@ -75,3 +81,36 @@ def test_admission_is_per_model():
         with classifier.admitted():  # the other model still admits
             assert classifier.in_flight == 1
     assert embedder.in_flight == classifier.in_flight == 0
+
+
+def answering(*answers) -> ServedModel:
+    """The embedder, its Encoder's ``device()`` giving ``answers`` in turn: a card, an error to raise,
+    or ``"hang"`` (a restarting Encoder: the arbiter's socket takes the call, nobody answers yet)."""
+    queue = list(answers)
+
+    async def device():
+        answer = queue.pop(0)
+        if answer == "hang":
+            await asyncio.sleep(60)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    client = SimpleNamespace(to_async=SimpleNamespace(device=device))
+    return replace(CATALOG[0], encoder=lambda: client)
+
+
+def test_a_restarting_encoder_leaves_its_last_card_in_the_model_list():
+    card, newer = {"backend": "onnx-int8"}, {"backend": "onnx"}
+    served = answering(card, aiohttp.ServerDisconnectedError(), "hang", newer)
+
+    async def ask_four_times():
+        return [await served.serving(within_s=0.1) for _ in range(4)]
+
+    assert asyncio.run(ask_four_times()) == [card, card, card, newer]
+
+
+def test_an_encoder_that_never_answered_is_a_503():
+    with pytest.raises(APIError) as refused:
+        asyncio.run(answering("hang").serving(within_s=0.1))
+    assert (refused.value.status, refused.value.type, refused.value.retry_after) == (503, "runner_unavailable", 1)
