@@ -54,7 +54,7 @@ bench: venv
 bench-peers: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.peers
 
-# Study: the int8 recipes on this CPU class and on an emulated AVX2-only one (qemu-user, when installed),
+# The int8 recipes on this CPU class and on an emulated AVX2-only one (qemu-user, when installed),
 # and the start-up self-check's cost: bench/results/cpu-classes.json.
 cpu-classes: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.cpu_classes

@@ -1,4 +1,6 @@
-"""Benchmark and load tooling, shared by ``make bench`` and the integration tests."""
+"""Benchmark and load tooling: the harness (``serving``, ``load``, ``texts``, ``testmodels``, ``report``,
+``baselines``, ``write_result``), shared by the make targets' modules beside it, the integration tests
+and the one-off studies (``bench.studies``)."""
 
 import json
 from pathlib import Path

@@ -33,8 +33,8 @@ from pathlib import Path
 import bentoml
 import numpy as np
 
-from bench import write_result
-from bench.topology import RESULTS, short_texts
+from bench import RESULTS, write_result
+from bench.texts import short_texts
 from models.backends import Backend, load_backend
 from models.batching import pad
 from models.inference import run_batch

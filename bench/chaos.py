@@ -45,11 +45,11 @@ import psutil
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import write_result
+from bench import RESULTS, write_result
 from bench.load import closed_loop
 from bench.serving import serve
 from bench.soak import ROUTES, mixed_body
-from bench.topology import RESULTS, short_texts
+from bench.texts import short_texts
 from serving.settings import settings
 
 GRACE_S = 10

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import bentoml
 
-from bench import write_result
+from bench import RESULTS, write_result
 from bench.load import closed_loop
 from bench.serving import ROOT, serve
-from bench.topology import RESULTS, short_texts
+from bench.texts import short_texts
 
 POINTS = [(1, 1), (1, 64), (32, 8)]  # (texts per request, concurrency)
 

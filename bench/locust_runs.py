@@ -20,9 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import write_result
+from bench import RESULTS, write_result
 from bench.serving import serve
-from bench.topology import RESULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = str(Path(sys.executable).with_name("locust"))

@@ -32,7 +32,7 @@ import numpy as np
 from bench import write_result
 from bench.load import closed_loop
 from bench.serving import ROOT, free_port, serve, stop_group
-from bench.topology import short_texts
+from bench.texts import short_texts
 
 PEER = "infinity-emb 0.0.78 (optimum engine, ONNX Runtime int8 per-channel)"
 BUILD = ROOT / "build" / "peers"

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import bentoml
 
-from bench import write_result
+from bench import RESULTS, write_result
 from bench.load import closed_loop
 from bench.serving import serve
-from bench.topology import RESULTS, short_texts
+from bench.texts import short_texts
 
 MODEL = "bench-cross-encoder"
 SYSTEMS = {"textbento": ("service:TextBento", False), "naive-fastapi": ("bench.baselines.fastapi_apps:naive", True)}

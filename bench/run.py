@@ -19,11 +19,11 @@ import threading
 import time
 from pathlib import Path
 
-from bench import write_result
+from bench import RESULTS, write_result
 from bench.load import closed_loop
 from bench.serving import ROOT, serve
 from bench.testmodels import build_classifier
-from bench.topology import RESULTS, short_texts
+from bench.texts import short_texts
 
 SYSTEMS = {  # name → (target, uvicorn factory?)
     "textbento": ("service:TextBento", False),

@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from bench import write_result
 from bench.load import closed_loop
 from bench.serving import serve
-from bench.topology import short_texts
+from bench.texts import short_texts
 
 CONCURRENCY = 64
 

@@ -114,7 +114,7 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_
 
     The TorchScript exporter (``dynamo=False``), with eager attention. It is deprecated in torch
     2.13 but still the faster graph on ONNX Runtime's CPU kernels, measured side by side on
-    all-MiniLM-L6-v2, length-sorted batches of 32, 2 threads (``python -m bench.quantization``,
+    all-MiniLM-L6-v2, length-sorted batches of 32, 2 threads (``python -m bench.studies.quantization``,
     docs/design.md 5): fp32 979 vs 811 sentences/s for the dynamo exporter's graph, per-token
     int8 1,921 vs 1,403. ONNX Runtime's transformer fusions (fused ``Attention``) made it slower.
     """

@@ -1,6 +1,6 @@
 """The token budget's price: the runner's memory against its speed, per budget, in process.
 
-    python -m bench.budget             # DistilBERT-66M, long texts → bench/results/budget.json
+    python -m bench.studies.budget    # DistilBERT-66M, long texts → bench/results/budget.json
 
 Padded batches make ONNX Runtime's arena keep intermediates of ``[budget, FFN width]`` floats
 (3,072 wide for DistilBERT), so the budget sets the Encoder's resident memory, while a pass of a
@@ -21,7 +21,7 @@ from pathlib import Path
 import bentoml
 import psutil
 
-from bench.topology import RESULTS
+from bench import RESULTS
 
 BUDGETS = (8192, 4096, 2048, 1024)
 MODEL = "bench-distilbert-budget"
@@ -57,7 +57,7 @@ def main() -> None:
         tag = str(import_model(build_classifier(Path(tempfile.mkdtemp()), size="full"), name=MODEL))
     rows = []
     for budget in BUDGETS:
-        command = [sys.executable, "-m", "bench.budget", "--measure", tag, str(budget)]
+        command = [sys.executable, "-m", "bench.studies.budget", "--measure", tag, str(budget)]
         rows.append(json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1]))
         print(rows[-1], flush=True)
     RESULTS.mkdir(exist_ok=True)

@@ -1,7 +1,7 @@
 """A sample of the Grafana dashboard (deploy/grafana/textbento.json) without Grafana: its panels'
 queries evaluated on /metrics scraped during a short, varied load, drawn with matplotlib.
 
-    python -m bench.dashboard_sample [--model TAG]    # → bench/results/dashboard-sample.png
+    python -m bench.studies.dashboard_sample [--model TAG]    # → bench/results/dashboard-sample.png
 
 Load, in phases of 20 s, with an admission limit of 8 requests per API worker: 1 text per request
 at c=6, 32 texts per request at c=4, then 1 text at c=64, past the limit (so that the rejections
@@ -21,9 +21,10 @@ from collections import defaultdict
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench import RESULTS
 from bench.load import closed_loop
 from bench.serving import serve
-from bench.topology import RESULTS, short_texts
+from bench.texts import short_texts
 
 ADMISSION = 8  # requests in flight per API worker: the last phase goes past it
 PHASES = [("1 text, c=6", 1, 6), ("32 texts, c=4", 32, 4), ("1 text, c=64 (past admission)", 1, 64)]

@@ -1,6 +1,6 @@
 """What a decoder embedder costs to serve: peak memory and sentences/s per backend, tiny and Qwen3-0.6B-shaped.
 
-    python -m bench.decoder_footprint [--texts 256] [--rounds 2]   → bench/results/decoder-footprint.json
+    python -m bench.studies.decoder_footprint [--texts 256] [--rounds 2]   → bench/results/decoder-footprint.json
 
 Two random-weight Qwen3 embedders built offline (``bench.testmodels``), with the files
 sentence-transformers reads for Qwen3-Embedding (last-token pooling of the appended EOS, Normalize,
@@ -36,7 +36,7 @@ from pathlib import Path
 import bentoml
 
 from bench import write_result
-from bench.topology import short_texts
+from bench.texts import short_texts
 
 SHAPES = {
     "tiny": {
@@ -158,12 +158,12 @@ def measure(tag: str, backend_name: str, texts: int, rounds: int) -> dict:
 
 def child(*args: str) -> dict:
     """This module's ``args`` mode in a fresh process; its one JSON line (its progress goes to stderr as it comes)."""
-    result = subprocess.run([sys.executable, "-m", "bench.decoder_footprint", *args], check=True, stdout=subprocess.PIPE, text=True)
+    result = subprocess.run([sys.executable, "-m", "bench.studies.decoder_footprint", *args], check=True, stdout=subprocess.PIPE, text=True)
     return json.loads(result.stdout.splitlines()[-1])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.decoder_footprint", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.studies.decoder_footprint", description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=256, help="short texts per round (default 256)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per backend, the best kept (default 2)")
     parser.add_argument("--sizes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")

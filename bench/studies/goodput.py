@@ -1,6 +1,6 @@
 """Goodput under impatient load: answers that arrive in time, this tree against REF, served in turns.
 
-    python -m bench.goodput [--ref d507f78] [--seconds 15]   # → bench/results/goodput.json
+    python -m bench.studies.goodput [--ref d507f78] [--seconds 15]   # → bench/results/goodput.json
 
 Per tree (the embedded MiniLM imported by the tree's own CLI; default settings):
 

@@ -1,7 +1,7 @@
 """The failed hop, reproduced alone: uvicorn closes an idle keep-alive connection while a busy
 aiohttp client (whose event loop has not yet seen the close) takes it from its pool.
 
-    python -m bench.keepalive_race     # writes bench/results/keepalive-race.json
+    python -m bench.studies.keepalive_race    # writes bench/results/keepalive-race.json
 
 The same pieces as the API worker → Encoder hop: uvicorn with httptools on a Unix socket, aiohttp's
 UnixConnector with its default keep-alive (15 s, as BentoML's client). Each trial sends one call,
@@ -62,7 +62,7 @@ async def trials(path: str, count: int, blocked_s: float) -> dict[str, int]:
 
 
 def main() -> int:
-    results = {"command": " ".join(["python -m bench.keepalive_race", *sys.argv[1:]])}
+    results = {"command": " ".join(["python -m bench.studies.keepalive_race", *sys.argv[1:]])}
     for label, keep_alive_s in (("server keep-alive 1 s < client's 15 s", 1), ("server keep-alive 60 s > client's 15 s", 60)):
         path = os.path.join(tempfile.mkdtemp(), "encoder.sock")
         server = start_server(path, keep_alive_s)

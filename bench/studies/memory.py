@@ -1,6 +1,6 @@
 """Resident memory of the served service by worker count: what each extra API/tokenizer worker costs.
 
-    python -m bench.memory [--workers 1,2,3]     → bench/results/memory.json
+    python -m bench.studies.memory [--workers 1,2,3]    → bench/results/memory.json
 
 Serves the default model (with its ONNX graphs) with ``TEXTBENTO_WORKERS`` = each count, sends a
 few hundred mixed requests so every worker has tokenized and answered, then records the RSS of
@@ -15,10 +15,10 @@ import json
 
 import psutil
 
-from bench import write_result
+from bench import RESULTS, write_result
 from bench.load import closed_loop
 from bench.serving import role, serve
-from bench.topology import RESULTS, short_texts
+from bench.texts import short_texts
 
 
 def measure(tag: str, workers: int) -> dict:

@@ -1,6 +1,6 @@
 """Where the request path spends its CPU: py-spy samples every service process under load.
 
-    python -m bench.profile [--texts-per-request 1] [--concurrency 64] [--seconds 20]
+    python -m bench.studies.profile [--texts-per-request 1] [--concurrency 64] [--seconds 20]
         → bench/results/profile-<texts>x-c<concurrency>.json (+ .txt, the shares as a table)
 
 Serves the default model (``bench.ceiling.bench_tag``), drives requests of the given size at
@@ -23,10 +23,10 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from bench import write_result
+from bench import RESULTS, write_result
 from bench.load import closed_loop
 from bench.serving import role, serve
-from bench.topology import RESULTS, short_texts
+from bench.texts import short_texts
 
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 # Innermost frames of threads that wait: py-spy's idle detection misses them in --nonblocking mode.

@@ -1,6 +1,6 @@
 """Every int8 recipe tried, on the same weights, texts and cores: accuracy, batch invariance, speed.
 
-    python -m bench.quantization       # all-MiniLM-L6-v2 → bench/results/quantization.json
+    python -m bench.studies.quantization    # all-MiniLM-L6-v2 → bench/results/quantization.json
 
 Graphs: the TorchScript export that ``models.export`` stores as fp32 ("plain"), the same graph
 with ONNX Runtime's transformer fusions (fused ``Attention``, "fused"), and the dynamo exporter's.
@@ -27,9 +27,9 @@ from pathlib import Path
 import bentoml
 import numpy as np
 
-from bench import write_result
+from bench import RESULTS, write_result
 from bench.ceiling import STREAM, bench_tag, fidelity, rate
-from bench.topology import RESULTS, short_texts
+from bench.texts import short_texts
 from models.backends import load_backend
 from models.export import export_fp32
 from models.inference import run_batch
@@ -143,7 +143,7 @@ def speed(directory: Path, backend_name: str) -> dict[str, float]:
     Several ONNX Runtime sessions in one process skew each other (their idle thread pools keep
     spinning): measured that way the recipes' order changed from run to run.
     """
-    command = [sys.executable, "-m", "bench.quantization", "--speed", str(directory), backend_name]
+    command = [sys.executable, "-m", "bench.studies.quantization", "--speed", str(directory), backend_name]
     return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
 
 

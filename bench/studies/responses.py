@@ -1,7 +1,7 @@
 """The cost of writing one answer: FastAPI's way (pydantic models, validation against the
 ``response_model``, its encoder, ``json.dumps``) against ``api.responses.json_response``.
 
-    python -m bench.responses          # → bench/results/responses.json
+    python -m bench.studies.responses    # → bench/results/responses.json
 
 One /v1/embeddings answer with one 384-float vector, best of 5 runs of 300, in process.
 """
@@ -20,8 +20,7 @@ from fastapi.utils import create_model_field
 
 from api.responses import json_response, usage
 from api.types import Embedding, EmbeddingsResponse, Usage
-from bench import write_result
-from bench.topology import RESULTS
+from bench import RESULTS, write_result
 
 VECTOR = np.random.default_rng(0).random(384, dtype=np.float32)
 FIELD = create_model_field(name="response", type_=EmbeddingsResponse, mode="serialization")

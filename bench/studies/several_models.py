@@ -1,6 +1,6 @@
 """What serving several models in one server costs: memory per process and throughput under mixed load.
 
-    python -m bench.several_models [--seconds 15] [--rounds 2]   → bench/results/several-models.json
+    python -m bench.studies.several_models [--seconds 15] [--rounds 2]   → bench/results/several-models.json
 
 Three models, as tests/test_several_models.py serves them: the embedded all-MiniLM-L6-v2 (``minilm``),
 a one-logit BERT cross-encoder (``cross-encoder``, 32 wide, 2 layers) and a 2-label DistilBERT
@@ -38,7 +38,7 @@ from bench.load import closed_loop
 from bench.serving import serve
 from bench.soak import ROUTES
 from bench.testmodels import build_bert_classifier, build_classifier
-from bench.topology import short_texts
+from bench.texts import short_texts
 
 STORE = Path(tempfile.gettempdir()) / "textbento-several-models-home"
 CONCURRENCY = 16
@@ -162,7 +162,7 @@ def main() -> None:
     workers = lambda rss: [mib for role, mib in rss.items() if role.startswith("API worker")]
     per_tokenizer = (max(workers(warm["three models"])) - max(workers(warm["minilm alone"]))) / (len(MODELS) - 1)
     report = {
-        "command": "python -m bench.several_models " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.studies.several_models " + " ".join(sys.argv[1:]),
         "models": models,
         "concurrency": CONCURRENCY,
         "seconds": args.seconds,

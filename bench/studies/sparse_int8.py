@@ -1,6 +1,6 @@
 """Per-token int8 against fp32 for SPLADE: what a cosine misses, and what int8 buys.
 
-    python -m bench.sparse_int8 [--texts 300] [--rounds 3] [--shapes test minilm bert-base]
+    python -m bench.studies.sparse_int8 [--texts 300] [--rounds 3] [--shapes test minilm bert-base]
     → bench/results/sparse-int8.json
 
 A cosine near 1 can hide weights that int8 turns from zero to non-zero or back, which changes what
@@ -62,7 +62,7 @@ def sparsify(model, tokenizer, share: float = SPARSITY) -> None:
     pooling: random weights would make nearly all 30,522 non-zero, a trained SPLADE makes ~100-300."""
     import torch
 
-    from bench.topology import short_texts
+    from bench.texts import short_texts
 
     batch = tokenizer(short_texts(64, seed=2), padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -151,7 +151,7 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="sparse-int8-"))
     os.environ["BENTOML_HOME"] = str(home / "bentoml")  # before bentoml is imported
     from bench import write_result
-    from bench.topology import short_texts
+    from bench.texts import short_texts
     from serving.settings import settings
 
     load_before = os.getloadavg()
