@@ -78,6 +78,7 @@ CUDA_RUNTIMES = {
     "nvidia-cublas==13.1.1.3",
     "nvidia-curand==10.4.0.35",
     "nvidia-cuda-nvrtc==13.0.88",
+    "nvidia-cudnn-cu13==9.20.0.48",
 }
 
 

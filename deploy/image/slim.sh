@@ -42,7 +42,7 @@ rm -rf /usr/share/locale/* /usr/share/man/* /usr/share/doc/* /usr/share/info/*
 # Packages' own test suites (onnx's backend test data alone is 17 MB); nothing imports them to serve.
 find /app/.venv/lib/python3*/site-packages -mindepth 2 -type d \( -name tests -o -name test \) -prune -exec rm -rf {} +
 
-# NVRTC's second build (libnvrtc.alt.so.13 and its builtins, 109 MB), which nothing here loads:
+# NVRTC's second build (libnvrtc.alt.so.13 and its builtins, 114 MB), which nothing here loads:
 # ONNX Runtime and PyTorch dlopen libnvrtc.so.13.
 rm -f /app/.venv/lib/python3*/site-packages/nvidia/cu*/lib/libnvrtc*.alt.so*
 
