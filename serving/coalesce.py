@@ -67,9 +67,16 @@ class Coalescer(Generic[Item, Result]):
             if abandoned and not self.in_calls.isdisjoint(futures):
                 abandoned()
             raise
-        finally:  # a no-op once answered; if the caller gave up, pieces not sent are dropped (``next_batch``)
+        finally:  # a no-op once answered; if the caller gave up, its pieces not sent leave the queue now
             for future in futures:
                 future.cancel()
+            if any(future.cancelled() for future in futures):
+                self.pending = deque(entry for entry in self.pending if not entry[1].done())
+
+    @property
+    def queued(self) -> int:
+        """Pieces waiting for a call or in one (``textbento_pending{stage="coalescer"}``)."""
+        return len(self.pending) + len(self.in_calls)
 
     def pump(self) -> None:
         while self.pending and len(self.sending) < self.in_flight:

@@ -35,6 +35,12 @@ Protocol = httptools_impl.HttpToolsProtocol
 class Limits:
     header_timeout_s: float | None = None
     keep_alive_s: float | None = None
+    open: int = 0  # connections this process's server holds now
+
+
+def open_connections() -> int:
+    """HTTP connections this process's server holds now (``textbento_held``)."""
+    return LIMITS.open
 
 
 LIMITS = Limits()
@@ -56,6 +62,7 @@ def _patch(protocol: type) -> None:
 
     def _connection_made(self, transport: asyncio.Transport) -> None:
         connection_made(self, transport)
+        LIMITS.open += 1
         self.timeout_keep_alive = LIMITS.keep_alive_s
         _start_headers_clock(self)
 
@@ -69,6 +76,7 @@ def _patch(protocol: type) -> None:
 
     def _connection_lost(self, exc: Exception | None) -> None:
         _stop_headers_clock(self)
+        LIMITS.open -= 1
         connection_lost(self, exc)
 
     protocol.connection_made, protocol.connection_lost = _connection_made, _connection_lost

@@ -8,16 +8,23 @@ call is written: ``ClientOSError('Can not write request body ...')``, 9 requests
 under the shipped locustfile (docs/reliability.md). The same happens, without any race, to every
 call in flight when the Encoder process dies: the connection drops before an answer.
 
-Encoder calls are pure (token ids in, numbers out), so such a call is sent again: only on errors
-raised before a response began (the request could not be written, the connection dropped or
-could not be made); never after a response started (a cut body is ``ClientPayloadError``), and
-never on a timeout or an answer with an error status. The resend goes at once, because the
-Encoder's listening socket stays open across a restart (the arbiter holds it): the call waits
+Encoder calls are pure (token ids in, numbers out), so such a call is sent again: on errors raised
+before a response began (the request could not be written, the connection dropped or could not
+be made) and on a response cut short (``ClientPayloadError``: the Encoder died while answering);
+never on a timeout or an answer with an error status, which a resend would only repeat. The
+Encoder's listening socket stays open across a restart (the arbiter holds it), so a resend waits
 in its backlog until the new Encoder accepts it. The requests it carries keep their own deadline.
+
+The first resend goes at once: after a keep-alive race it is simply the next call. A dead Encoder,
+though, leaves every pooled keep-alive connection to it closed, and the event loop learns of each
+close only when it next polls, so a resend sent at once can take another dead connection from the
+pool and fail the same way. Later resends therefore wait ``RESEND_AFTER_S`` first, long enough for
+the loop to see every close.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -28,8 +35,9 @@ Items = TypeVar("Items")
 Results = TypeVar("Results")
 logger = logging.getLogger("textbento")
 
-# Raised before any byte of a response was read; ServerTimeoutError and ClientPayloadError are not here.
-NOT_ANSWERED = (aiohttp.ClientOSError, aiohttp.ClientConnectionResetError, aiohttp.ServerDisconnectedError)
+# The connection failed before the answer was whole; ServerTimeoutError (a timeout) is not here.
+NOT_ANSWERED = (aiohttp.ClientOSError, aiohttp.ClientConnectionResetError, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)
+RESEND_AFTER_S = 0.05
 
 
 def resend_unanswered(call: Callable[[Items], Awaitable[Results]], attempts: int) -> Callable[[Items], Awaitable[Results]]:
@@ -41,6 +49,8 @@ def resend_unanswered(call: Callable[[Items], Awaitable[Results]], attempts: int
                 return await call(items)
             except NOT_ANSWERED as error:
                 logger.warning("call to the Encoder not answered (%r): sending it again (attempt %d of %d)", error, attempt + 1, attempts)
+                if attempt > 1:
+                    await asyncio.sleep(RESEND_AFTER_S)
         return await call(items)
 
     return hop

@@ -47,7 +47,9 @@ class Settings(BaseSettings):
         None, ge=1, description="adaptive batcher sheds (503) past this predicted latency; default: the timeout"
     )
     # serving/hop.py: a keep-alive race with the Encoder's server, or the Encoder restarting.
-    encoder_attempts: int = Field(2, ge=1, description="times a call to the Encoder is sent when its connection fails before any answer")
+    encoder_attempts: int = Field(
+        3, ge=1, description="times a call to the Encoder is sent when its connection fails before the whole answer"
+    )
     # Measured at 1 text/request, c=64, 2 workers (docs/design.md): see serving/coalesce.py.
     calls_in_flight: int = Field(
         2, ge=1, description="calls to the Encoder in flight per API worker; texts arriving meanwhile share the next"

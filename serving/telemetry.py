@@ -11,9 +11,10 @@ never at import. Traces: spans under BentoML's request span, from its tracer pro
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -65,27 +66,29 @@ class Timing:
 
 
 def forget_dead_processes() -> None:
-    """Drop the live gauges of processes that are gone. A SIGKILLed worker cannot remove its own
-    (its requests in flight would stay in ``textbento_inflight_requests`` for good), so the worker
-    that replaces it does as it starts (it may serve nothing for a while: the clients' open
-    connections are all on the other workers)."""
-    from prometheus_client.multiprocess import mark_process_dead
-
+    """Drop the live gauges of processes that are gone. A SIGKILLed or crashed process cannot remove its
+    own (its requests in flight would stay in the in-progress gauges for good), so every API worker
+    looks for them as it starts and at each sample of ``textbento_held``. Two workers may remove
+    the same file at once: whoever comes second finds it gone."""
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     for path in Path(directory).glob("gauge_live*_*.db") if directory else ():
-        pid = int(path.stem.rsplit("_", 1)[1])
-        if not pid_exists(pid):
-            mark_process_dead(pid, directory)
+        if not alive(int(path.stem.rsplit("_", 1)[1])):
+            path.unlink(missing_ok=True)
 
 
-def pid_exists(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, someone else's
         return True
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):  # no procfs: trust the signal
+        return True
+    return state not in ("Z", "X")
 
 
 class Telemetry:
@@ -103,6 +106,10 @@ class Telemetry:
             requests=prom.Counter("textbento_requests", "answers by route and HTTP status", ["route", "status"]),
             rejected=prom.Counter("textbento_rejected", "requests turned away, by reason", ["reason"]),
             inflight=prom.Gauge("textbento_inflight_requests", "requests being answered", multiprocess_mode="livesum"),
+            # What each stage holds now, summed over processes: all back to their idle level once traffic stops.
+            held=prom.Gauge(
+                "textbento_held", "work and resources held now, by stage, sampled each second", ["stage"], multiprocess_mode="livesum"
+            ),
             # Per served model (a label bounded by the configured set): each has its own Encoder and batches.
             request_tokens=prom.Histogram("textbento_request_tokens", "tokens per request", ["model"], buckets=TOKENS),
             request_texts=prom.Histogram("textbento_request_texts", "texts per request", ["model"], buckets=TEXTS),
@@ -162,6 +169,22 @@ class Telemetry:
             yield
         finally:
             self.families.inflight.dec()
+
+    def sample_held(self, stages: Mapping[str, Callable[[], int]], every_s: float = 1.0, sweep: bool = False) -> None:
+        """From now on, each stage's count into ``textbento_held{stage}`` every ``every_s`` (a task on the
+        running loop), and the gauges of dead processes dropped before each sample when ``sweep``."""
+        if not self.enabled:
+            return
+
+        async def sample() -> None:
+            while True:
+                if sweep:
+                    forget_dead_processes()
+                for stage, count in stages.items():
+                    self.families.held.labels(stage).set(count())
+                await asyncio.sleep(every_s)
+
+        self.sampler = asyncio.get_running_loop().create_task(sample())
 
     def request(self, timing: Timing) -> None:
         """An answered request: its sizes and stage times, and a span per stage under BentoML's request span."""

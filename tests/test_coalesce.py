@@ -142,3 +142,25 @@ def test_a_submit_the_queue_could_not_answer_in_time_is_refused_at_once():
         assert call.calls == [[0], [3], [4]]
 
     asyncio.run(scenario())
+
+
+def test_callers_who_leave_take_their_pieces_out_of_the_queue_at_once():
+    """Nothing is held for a caller who is gone, even when no later submit comes to sweep the queue."""
+
+    async def scenario():
+        call = GatedCall()
+        coalescer = Coalescer(call, max_items=2, in_flight=1)
+        sent = asyncio.create_task(coalescer.submit([1, 2]))
+        await settle()
+        waiting = [asyncio.create_task(coalescer.submit([i, i])) for i in range(3, 9)]
+        await settle()
+        assert coalescer.queued == 7  # one piece in the call, six waiting
+        for task in [sent, *waiting]:
+            task.cancel()
+        await settle()
+        assert len(coalescer.pending) == 0 and coalescer.queued == 1  # the call already sent is still out
+        call.release.set()
+        await settle()
+        assert call.calls == [[1, 2]] and coalescer.queued == 0
+
+    asyncio.run(scenario())
