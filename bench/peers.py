@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -87,8 +88,8 @@ def peer_model(python: Path, source: Path) -> Path:
 
 
 @contextmanager
-def infinity(model_dir: Path) -> Iterator[str]:
-    """infinity serving ``model_dir`` (started from inside it: the only form that loads, PEERS.md)."""
+def infinity(model_dir: Path) -> Iterator[tuple[str, int]]:
+    """infinity serving ``model_dir`` (started from inside it: the only form that loads, PEERS.md): its URL and pid."""
     port, home = free_port(), BUILD / "home"
     command = [str(VENV / "bin" / "infinity_emb"), "v2", "--model-id", ".", "--served-model-name", SERVED_NAME]
     command += ["--engine", "optimum", "--device", "cpu", "--pooling-method", "mean", "--onnx-disable-optimize"]
@@ -108,22 +109,42 @@ def infinity(model_dir: Path) -> Iterator[str]:
                 break
             except OSError:
                 time.sleep(0.5)
-        yield url
+        yield url, process.pid
     finally:
         stop_group(process)
         log.close()
 
 
-def load_points(url: str) -> dict[str, dict]:
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU time (user + system) used so far by each part of the server whose process group leader is ``pid``."""
+    import psutil
+
+    from bench.serving import role
+
+    used: dict[str, float] = {}
+    root = psutil.Process(pid)
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            command = " ".join(process.cmdline())
+            times, part = process.cpu_times(), role(command) if "bentoml" in command else "server"
+            used[part] = used.get(part, 0.0) + times.user + times.system
+    return used
+
+
+def load_points(url: str, pid: int) -> dict[str, dict]:
+    """Each point's load figures, and the server's CPU per request meanwhile (all its processes, and by part)."""
     texts = short_texts(2048)
     rows = {}
     for name, per_request, concurrency, seconds in POINTS:
         body = lambda i, k=per_request: {"model": SERVED_NAME, "input": [texts[(i * k + j) % len(texts)] for j in range(k)]}
         asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
+        before = cpu_seconds(pid)
         result = asyncio.run(
             closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request)
         )
-        rows[name] = result.summary()
+        after, answered = cpu_seconds(pid), max(result.statuses[200], 1)
+        by_part = {part: round((after[part] - before.get(part, 0.0)) * 1000 / answered, 2) for part in after}
+        rows[name] = {**result.summary(), "cpu_ms_per_request": round(sum(by_part.values()), 2), "cpu_ms_per_request_by_part": by_part}
         if result.errors:  # a figure with errors in it compares nothing
             raise RuntimeError(f"{url} {name}: {result.errors} errors, e.g. {result.sample_errors[:2]}")
     return rows
@@ -152,7 +173,7 @@ def fidelity(served: np.ndarray, reference: np.ndarray) -> dict[str, float]:
 
 
 def median_rows(rounds: list[dict[str, dict]]) -> dict[str, dict]:
-    keys = ("requests_per_s", "texts_per_s", "p50_ms", "p99_ms", "errors")
+    keys = ("requests_per_s", "texts_per_s", "p50_ms", "p99_ms", "errors", "cpu_ms_per_request")
     return {name: {key: statistics.median(r[name][key] for r in rounds) for key in keys} for name, *_ in POINTS}
 
 
@@ -174,12 +195,12 @@ def main(rounds: int) -> None:
     for round_ in range(rounds):
         with serve(env={"TEXTBENTO_MODEL": tag}) as server:
             url = server.url + "/v1/embeddings"
-            runs["textbento"].append(load_points(url))
+            runs["textbento"].append(load_points(url, server.process.pid))
             if round_ == 0:
                 accuracy["textbento"] = fidelity(vectors(url, TEXTS), reference)
                 card = json.load(urllib.request.urlopen(server.url + "/v1/models", timeout=10))["data"][0]
-        with infinity(peer_dir) as url:
-            runs["infinity"].append(load_points(url + "/embeddings"))
+        with infinity(peer_dir) as (url, pid):
+            runs["infinity"].append(load_points(url + "/embeddings", pid))
             if round_ == 0:
                 accuracy["infinity"] = fidelity(vectors(url + "/embeddings", TEXTS), reference)
         print(f"round {round_ + 1}/{rounds}: {json.dumps({k: v[-1] for k, v in runs.items()})}", flush=True)

@@ -22,6 +22,7 @@ FAMILIES = {
     "textbento_requests": "counter",
     "textbento_rejected": "counter",
     "textbento_inflight_requests": "gauge",
+    "textbento_held": "gauge",
     "textbento_request_tokens": "histogram",
     "textbento_request_texts": "histogram",
     "textbento_tokenization_seconds": "histogram",
@@ -110,6 +111,8 @@ def test_every_family_has_samples_and_counts_match_the_traffic(observed):
     for name, kind in FAMILIES.items():
         assert name in families and families[name].type == kind, name
         assert families[name].samples, name
+    held = {s.labels["stage"] for s in families["textbento_held"].samples}
+    assert held == {"coalescer", "forgetter", "inference", "api_connections", "encoder_connections", "api_tasks", "encoder_tasks"}
     ok = sum(1 for response in answers + burst if response.status_code == 200)
     too_many = sum(1 for response in burst if response.status_code == 429)
     assert ok >= EMBEDDINGS and too_many > 0, [response.status_code for response in burst]
