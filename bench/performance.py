@@ -80,6 +80,11 @@ def peers(files: dict) -> list[str]:
         rows.append(
             [f"{point(p['texts_per_request'], p['concurrency'])}: {unit}", n(ours[key][field], digits), n(peer[key][field], digits), ratio]
         )
+    for key, p in d["points"].items():
+        if "cpu_ms_per_request" in ours[key] and "cpu_ms_per_request" in peer[key]:
+            mine, theirs = ours[key]["cpu_ms_per_request"], peer[key]["cpu_ms_per_request"]
+            label = f"{point(p['texts_per_request'], p['concurrency'])}: server CPU ms per request"
+            rows.append([label, n(mine, 2), n(theirs, 2), f"{mine / theirs:.2f}x"])
     rows.append(["errors", sum(r["errors"] for r in ours.values()), sum(r["errors"] for r in peer.values()), ""])
     f = d["fidelity_to_transformers_fp32"]
     rows.append(
@@ -280,6 +285,18 @@ def goodput(files: dict) -> list[str]:
     ]
 
 
+def storm(d: dict) -> list[str]:
+    rss = ", ".join(f"{name.split()[0]} {change:+.1%}" for name, change in d["rss_change"].items() if not name.startswith("supervisor"))
+    files = ", ".join(f"{start} → {end}" for name, (start, end) in d["open_files"].items() if not name.startswith("supervisor"))
+    return [
+        f"Disconnect storm (`make storm`): {n(d['requests'])} requests at c={d['concurrency']} in {d['seconds']} s, {d['outcomes']}; "
+        f"every gauge back to idle after {d['settled_s']} s; RSS {rss}; open files {files}; "
+        f"the {n(sum(d['after'].values()))} requests after: {d['after']}. "
+        + ("Passed." if d["passed"] else f"**Failed**: {'; '.join(d['failures'])}."),
+        "",
+    ]
+
+
 def reliability(files: dict) -> list[str]:
     soak = files["soak.json"]
     lines = [
@@ -288,6 +305,8 @@ def reliability(files: dict) -> list[str]:
         f"({soak['rss_growth']:+.1%}).",
         "",
     ]
+    if "storm.json" in files:
+        lines += storm(files["storm.json"])
     chaos = {k: v for k, v in files.items() if k.startswith("chaos")}
     rows = [
         [
@@ -418,7 +437,7 @@ SECTIONS = [
     ("Memory", ["memory.json", "budget.json"], memory),
     ("Several models in one server (`python -m bench.studies.several_models`)", ["several-models.json"], several_models),
     ("Under impatient load", ["goodput*.json"], goodput),
-    ("Reliability runs", ["soak.json", "chaos*.json", "locust-runs*.json"], reliability),
+    ("Reliability runs", ["soak.json", "storm.json", "chaos*.json", "locust-runs*.json"], reliability),
     ("Decoder-only embedders (`python -m bench.studies.decoder_footprint`)", ["decoder-footprint.json"], decoders),
     ("SPLADE: int8 against fp32 (`python -m bench.studies.sparse_int8`)", ["sparse-int8.json"], sparse),
     ("Images", ["image-cpu.json", "image-gpu.json", "image-gpu-torch.json", "image-test.json", "image-slim.json"], image_details),
