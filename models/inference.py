@@ -6,14 +6,31 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
-from .backends import Backend
 from .batching import pad, plan_sub_batches
 
+if TYPE_CHECKING:  # selfcheck runs batches through here
+    from .selfcheck import Fidelity
+
 T = TypeVar("T")
+
+
+class Backend(Protocol):
+    """A loaded model on one device.
+
+    ``forward`` takes right-padded ``[rows, width]`` int64 ids and mask and returns ``[rows, labels]``
+    logits or ``[rows, dim]`` embeddings as float32, one row per input row.
+    """
+
+    name: str
+    device: str
+    precision: str  # what the graph computes in, e.g. "fp32", "int8", "fp16"
+    fidelity: Fidelity | None  # where ``auto`` checked it against fp32 (``models.selfcheck``)
+
+    def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
 
 
 class Pass(NamedTuple):

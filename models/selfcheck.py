@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .inference import run_batch
+from .inference import Backend, run_batch
 from .spec import ModelSpec
 
 # Where int8 errors show first (1-3 tokens, code, digits, accents, emoji; "?" is the text that
@@ -118,8 +118,8 @@ def flipped_mass(candidate: np.ndarray, reference: np.ndarray) -> np.ndarray:
     return np.where(total > 0, moved / np.maximum(total, 1e-30), np.where(moved == 0, 0.0, 1.0))
 
 
-def self_check(candidate, reference, spec: ModelSpec, token_ids: list[np.ndarray]) -> Fidelity:
-    """``candidate`` against ``reference`` (both ``Backend``s) on the probe's token ids, in
+def self_check(candidate: Backend, reference: Backend, spec: ModelSpec, token_ids: list[np.ndarray]) -> Fidelity:
+    """``candidate`` against ``reference`` on the probe's token ids, in
     length-sorted batches: per-token int8 and fp32 give a text the same row alone or batched."""
     started = time.perf_counter()
     rows = [np.stack(run_batch(backend, token_ids, spec.pad_id, PROBE_TOKEN_BUDGET)) for backend in (candidate, reference)]

@@ -32,6 +32,14 @@ sys.path.insert(0, str(ROOT))
 from bench.serving import serve  # noqa: E402
 from bench.testmodels import build_bert_classifier, build_classifier  # noqa: E402
 
+
+def pytest_collection_modifyitems(items) -> None:
+    """Tests that start a real ``bentoml serve`` (each logs to ``logs``) are marked ``served``: ``make test-fast`` leaves them out."""
+    for item in items:
+        if "logs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.served)
+
+
 TIMING_HEADERS = ("x-compute-time", "x-compute-tokens", "x-tokenization-time", "x-queue-time", "x-inference-time")
 
 

@@ -57,3 +57,56 @@ def test_an_api_worker_loads_no_inference_runtime():
 def test_each_package_says_its_rule():
     for package in FORBIDDEN:
         assert "rule" in (ROOT / package / "__init__.py").read_text().lower(), package
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def internal_imports(path: Path, modules: set[str]) -> set[str]:
+    """The project modules ``path`` imports, at any depth of its code (imports inside functions too),
+    leaving out those only type checkers read (``if TYPE_CHECKING:``)."""
+    tree, package = ast.parse(path.read_text()), module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    typing_only = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join([*package[: len(package) - node.level + 1], node.module or ""] if node.level else [node.module or ""]).strip(
+                "."
+            )
+            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found |= {name for name in names if name in modules}
+    return found - {module_name(path)}
+
+
+def test_no_import_circles_inside_the_packages():
+    """An import circle hides behind imports inside functions and costs types (``Any`` where a class belongs)."""
+    paths = [path for package in FORBIDDEN for path in (ROOT / package).rglob("*.py")]
+    modules = {module_name(path) for path in paths}
+    graph = {module_name(path): internal_imports(path, modules) for path in paths}
+    circles = []
+
+    def visit(module: str, trail: list[str]) -> None:
+        for imported in sorted(graph.get(module, ())):
+            if imported in trail:
+                circles.append(" → ".join([*trail[trail.index(imported) :], imported]))
+            elif len(trail) < len(graph):
+                visit(imported, [*trail, imported])
+
+    for module in sorted(graph):
+        visit(module, [module])
+    assert not circles, sorted(set(circles))[:5]

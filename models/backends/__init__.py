@@ -12,28 +12,15 @@ from __future__ import annotations
 import importlib.util
 import logging
 from pathlib import Path
-from typing import Protocol
 
-import numpy as np
-
+from ..cpu import describe
+from ..inference import Backend
+from ..onnx_layout import has_onnx
+from ..selfcheck import PROBE_TEXTS, self_check
 from ..spec import ModelSpec
+from ..tokenization import TextTokenizer
 
 logger = logging.getLogger("textbento")
-
-
-class Backend(Protocol):
-    """A loaded model on one device.
-
-    ``forward`` takes right-padded ``[rows, width]`` int64 ids and mask and returns ``[rows, labels]``
-    logits or ``[rows, dim]`` embeddings as float32, one row per input row.
-    """
-
-    name: str
-    device: str
-    precision: str  # what the graph computes in, e.g. "fp32", "int8", "fp16"
-    fidelity: object  # ``models.selfcheck.Fidelity`` where ``auto`` checked it, else None
-
-    def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
 
 
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
@@ -48,8 +35,6 @@ def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int
     without ONNX graphs gets torch (fp16 on CUDA) rather than a failure.
     """
     if name == "auto":
-        from ..onnx_layout import has_onnx
-
         if not has_onnx(model_dir):
             if importlib.util.find_spec("torch") is None:  # the CPU image: ONNX Runtime only
                 raise FileNotFoundError(
@@ -76,9 +61,7 @@ def checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> Backend:
     say u8×s8 is exact but the check disagrees (flags and ``cpuid`` can differ: qemu, some
     hypervisors), the u8×u8 kernels, exact on every x86 class, are checked next.
     """
-    from ..selfcheck import PROBE_TEXTS, self_check
-    from ..tokenization import TextTokenizer
-    from .onnx_backend import SIGNED, OnnxBackend
+    from .onnx_backend import SIGNED, OnnxBackend  # here: onnxruntime is loaded only where a graph is served
 
     reference = OnnxBackend(model_dir, spec, threads, cpu_graph="fp32", cuda=False)
     probe = [encoded.ids for encoded in TextTokenizer(model_dir, spec.max_length).encode(PROBE_TEXTS)]
@@ -99,8 +82,6 @@ def checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> Backend:
 
 def missed(backend: Backend, then: str) -> None:
     """One warning line: what missed the gates here, by how much, on which CPU, and what is next."""
-    from ..cpu import describe
-
     f = backend.fidelity
     flips = "" if f.max_flipped_mass is None else f", weights zero on one graph only up to {f.max_flipped_mass:.2%} of a text's L1 mass"
     logger.warning(
