@@ -69,16 +69,16 @@ def test_a_damaged_int8_graph_is_caught_and_fp32_served(embed_tag: str, tmp_path
 def test_when_the_flags_promise_exact_u8s8_kernels_but_the_check_fails_uint8_weights_are_tried(embed_tag: str, monkeypatch):
     """What qemu showed (bench/results/cpu-classes.json): /proc/cpuinfo said VNNI, cpuid said AVX2,
     the u8×s8 kernels saturated (min cosine 0.873); here the u8×s8 check is made to fail."""
-    import models.selfcheck
+    import models.backends
 
-    check = models.selfcheck.self_check
+    check = models.backends.self_check
 
     def saturating(candidate, *args):
         figures = check(candidate, *args)
         return Fidelity(0.873, 0.968, figures.probe_texts, figures.seconds) if candidate.precision == onnx_backend.SIGNED else figures
 
     monkeypatch.setattr(onnx_backend, "signed_int8_is_exact", lambda: True)
-    monkeypatch.setattr(models.selfcheck, "self_check", saturating)
+    monkeypatch.setattr(models.backends, "self_check", saturating)
     stored = bentoml.models.get(embed_tag)
     backend = load_backend("auto", stored.path, ModelSpec.of(stored), 2)
     assert (backend.name, backend.precision, backend.fidelity.passed) == ("onnx-int8", onnx_backend.UNSIGNED, True)
