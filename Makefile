@@ -68,7 +68,7 @@ report: venv
 cpu-classes: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.cpu_classes
 
-# The GPU figures (README.md, Performance): `make gpu-wheels` here, then on the lent GPU machine through
+# The GPU figures (docs/operations.md, "The GPU run"): `make gpu-wheels` here, then on the lent GPU machine through
 # the device tool, with carry ["build/gpu-wheels"] and timeout_s 600 (about 5 minutes by estimate):
 #     bash bench/gpu.sh --out $OUT --wheels build/gpu-wheels
 # torch fp16 ceilings at batch 1-256 and 4 served points of 3 models: $OUT/gpu-<GPU name>.json and logs.

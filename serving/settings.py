@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     max_inputs: int = Field(256, ge=1, description="most texts in one request (more → 413)")
     max_chars: int = Field(20_000, ge=1, description="longest text in characters (longer → 413)")
     max_body_bytes: int = Field(8 * 2**20, ge=1024, description="largest request body (larger → 413)")
-    # serving/connections.py. Each open connection holds a file descriptor: see the README on sizing the pod's limit.
+    # serving/connections.py. Each open connection holds a file descriptor: see docs/operations.md on sizing the pod's limit.
     header_timeout_s: float = Field(
         10.0, gt=0, description="a connection whose request headers are not complete this long after its first byte is closed"
     )
