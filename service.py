@@ -51,6 +51,7 @@ from models.inference import InferenceThread, Pass, run_passes
 from models.postprocess import best_first, ranked_labels, scores, truncate_dimensions
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextInput, TextTokenizer
+from serving import bentoml_fixes
 from serving.coalesce import Coalescer, Overloaded
 from serving.connections import limit_connections, open_connections
 from serving.dispatch import dispatch_when_free
@@ -58,13 +59,12 @@ from serving.drain import Drain
 from serving.gone import Dropped, Forgetter, deadline, new_key
 from serving.gpus import gpu_share
 from serving.hop import resend_unanswered
-from serving.schemas import cache_media_types
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
 from serving.telemetry import Timing, forget_dead_processes, telemetry
 from serving.wire import ids_from_wire, ids_to_wire, rows_from_wire, rows_to_wire
 
 dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
-cache_media_types()  # BentoML otherwise builds a JSON schema for every answer's media type
+bentoml_fixes.apply()  # a JSON schema per answer, a timer per request: serving/bentoml_fixes.py
 logger = logging.getLogger("textbento")
 # A log line per request costs measurable throughput; errors are still logged.
 NO_ACCESS_LOG = {"access": {"enabled": False}}

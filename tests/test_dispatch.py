@@ -11,22 +11,7 @@ from bentoml._internal.marshal import dispatcher
 
 from bench.load import closed_loop
 from serving.dispatch import DispatchWhenFree, dispatch_when_free
-from serving.schemas import cache_media_types
 from tests.conftest import lone_latencies, served
-
-
-def test_media_types_are_worked_out_once_per_class_and_unchanged():
-    """serving/schemas.py: the same media type as BentoML's own, from the second answer on without a schema built."""
-    import typing
-
-    from _bentoml_sdk.io_models import IOMixin, ensure_io_descriptor
-
-    encoder_output = ensure_io_descriptor(list[tuple[bytes, typing.Any]])
-    unpatched = encoder_output.mime_type()
-    cache_media_types()
-    cache_media_types()  # twice changes nothing
-    assert [encoder_output.mime_type() for _ in range(3)] == [unpatched] * 3
-    assert IOMixin.mime_type.__func__.cache_info().hits >= 2
 
 
 def test_the_patched_batcher_exists_and_uses_the_fix():

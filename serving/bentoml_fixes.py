@@ -1,0 +1,83 @@
+"""Two per-request costs of BentoML 1.4.40, corrected in place (docs/design.md 18).
+
+- **A JSON schema per answer.** BentoML works out an IO model's media type from its JSON schema,
+  built anew (a pydantic ``TypeAdapter`` and its schema) for every answer of every call: 1.0 ms of
+  CPU per Encoder call (docs/design.md 8), on the path of every request. The media type depends
+  only on the class, so each class's is worked out once.
+- **A timer per request, never cancelled.** BentoML's ``TimeoutMiddleware`` starts a
+  ``loop.call_later(timeout)`` for every request and leaves it in the event loop once the request
+  is answered. Until it fires (``traffic.timeout``: a minute and more), the timer holds the
+  request's context: its tracing span, its scope, its task's context variables. Memory then grows
+  with the request rate times the timeout (a storm of given-up requests raised an API worker's RSS
+  by 8%), and the loop's timer heap with it. Here the timer is cancelled when the request ends.
+
+Each refuses to start when the installed BentoML no longer has what it replaces
+(tests/test_bentoml_fixes.py pins both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from functools import cache
+from typing import Any
+
+from _bentoml_sdk import io_models
+from bentoml._internal.server.http import traffic
+from starlette.responses import JSONResponse
+
+
+def apply() -> None:
+    """Both corrections, from now on, in this process (twice changes nothing)."""
+    cache_media_types()
+    cancel_timeout_timers()
+
+
+def cache_media_types() -> None:
+    """Every IO model's ``mime_type()`` computed once per class from now on."""
+    mime_type = getattr(io_models.IOMixin, "mime_type", None)
+    if mime_type is None or not hasattr(mime_type, "__func__"):
+        raise RuntimeError("BentoML's IO models changed: serving/bentoml_fixes.py no longer applies; re-measure the media type's cost")
+    if not hasattr(mime_type.__func__, "cache_info"):
+        io_models.IOMixin.mime_type = classmethod(cache(mime_type.__func__))
+
+
+# The line of BentoML's TimeoutMiddleware.__call__ that starts the timer it never cancels.
+UNCANCELLED_TIMER = "loop.call_later(self.timeout, self._set_timer_out, waiter)"
+
+
+def cancel_timeout_timers() -> None:
+    """BentoML's ``TimeoutMiddleware`` cancels its timer when the request ends, from now on."""
+    middleware = traffic.TimeoutMiddleware
+    if middleware.__call__ is _timed:
+        return
+    source = inspect.getsource(middleware.__call__)
+    if UNCANCELLED_TIMER not in source or ".cancel()" in source.replace("fut.cancel()", ""):
+        raise RuntimeError("BentoML's TimeoutMiddleware changed: serving/bentoml_fixes.py no longer applies")
+    middleware.__call__ = _timed
+
+
+async def _timed(self: Any, scope: dict, receive: Any, send: Any) -> None:
+    """BentoML's ``TimeoutMiddleware.__call__`` as it is, plus the timer's cancel."""
+    if scope["type"] not in ("http", "websocket"):
+        return await self.app(scope, receive, send)
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    timer = loop.call_later(self.timeout, self._set_timer_out, waiter)
+
+    async def _send(message: dict) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+        await send(message)
+
+    fut = asyncio.ensure_future(self.app(scope, receive, _send), loop=loop)
+    try:
+        await waiter
+    except TimeoutError:
+        if fut.cancel():
+            message = {"error": f"Not able to process the request in {self.timeout} seconds"}
+            await JSONResponse(message, status_code=504)(scope, receive, send)
+    else:
+        await fut
+    finally:
+        timer.cancel()

@@ -1,0 +1,74 @@
+"""serving/bentoml_fixes.py: each correction pinned against the installed BentoML, and proven."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import typing
+import weakref
+
+from _bentoml_sdk.io_models import IOMixin, ensure_io_descriptor
+from bentoml._internal.server.http.traffic import TimeoutMiddleware
+
+from serving.bentoml_fixes import apply, cache_media_types
+
+
+def test_media_types_are_worked_out_once_per_class_and_unchanged():
+    """The same media type as BentoML's own, from the second answer on without a schema built."""
+    encoder_output = ensure_io_descriptor(list[tuple[bytes, typing.Any]])
+    unpatched = encoder_output.mime_type()
+    cache_media_types()
+    cache_media_types()  # twice changes nothing
+    assert [encoder_output.mime_type() for _ in range(3)] == [unpatched] * 3
+    assert IOMixin.mime_type.__func__.cache_info().hits >= 2
+
+
+class Request:
+    """What a request's context holds (its span, its scope): only weakly referenced by the test."""
+
+
+async def answered(middleware: TimeoutMiddleware, requests: int, app_holds: list) -> list[int]:
+    """``requests`` requests through ``middleware``, each answered; the statuses sent."""
+    statuses = []
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    for _ in range(requests):
+        await middleware({"type": "http", "path": "/", "state": {"request": Request()}}, None, send)
+    return statuses
+
+
+def test_a_request_answered_leaves_no_timer_and_is_released():
+    """Without the fix, each request's timer (and through it the request) stays in the loop for the timeout."""
+    apply()
+    apply()  # twice changes nothing
+    held = []
+
+    async def app(scope: dict, receive: typing.Any, send: typing.Any) -> None:
+        held.append(weakref.ref(scope["state"]["request"]))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def run() -> tuple[list[int], int]:
+        middleware = TimeoutMiddleware(app, timeout=600)
+        statuses = await answered(middleware, 50, held)
+        loop = asyncio.get_running_loop()
+        pending = [timer for timer in loop._scheduled if not timer.cancelled()]
+        return statuses, len(pending)
+
+    statuses, pending = asyncio.run(run())
+    gc.collect()
+    assert statuses == [200] * 50
+    assert pending == 0
+    assert [ref() for ref in held] == [None] * 50
+
+
+def test_a_request_over_the_timeout_still_gets_504():
+    apply()
+
+    async def slow(scope: dict, receive: typing.Any, send: typing.Any) -> None:
+        await asyncio.sleep(5)
+
+    assert asyncio.run(answered(TimeoutMiddleware(slow, timeout=0.05), 1, [])) == [504]
