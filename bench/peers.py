@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -32,7 +31,7 @@ import numpy as np
 
 from bench import write_result
 from bench.load import closed_loop
-from bench.serving import ROOT, free_port, serve, stop_group
+from bench.serving import ROOT, cpu_seconds, free_port, serve, stop_group
 from bench.texts import short_texts
 
 PEER = "infinity-emb 0.0.78 (optimum engine, ONNX Runtime int8 per-channel)"
@@ -113,22 +112,6 @@ def infinity(model_dir: Path) -> Iterator[tuple[str, int]]:
     finally:
         stop_group(process)
         log.close()
-
-
-def cpu_seconds(pid: int) -> dict[str, float]:
-    """CPU time (user + system) used so far by each part of the server whose process group leader is ``pid``."""
-    import psutil
-
-    from bench.serving import role
-
-    used: dict[str, float] = {}
-    root = psutil.Process(pid)
-    for process in [root, *root.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            command = " ".join(process.cmdline())
-            times, part = process.cpu_times(), role(command) if "bentoml" in command else "server"
-            used[part] = used.get(part, 0.0) + times.user + times.system
-    return used
 
 
 def load_points(url: str, pid: int) -> dict[str, dict]:

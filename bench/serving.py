@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -139,3 +140,17 @@ def serve(
         if log_path:
             log.close()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU time (user + system) used so far by each part of the server whose process group leader is ``pid``."""
+    import psutil
+
+    used: dict[str, float] = {}
+    root = psutil.Process(pid)
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            command = " ".join(process.cmdline())
+            times, part = process.cpu_times(), role(command) if "bentoml" in command else "server"
+            used[part] = used.get(part, 0.0) + times.user + times.system
+    return used

@@ -1,4 +1,4 @@
-"""Two per-request costs of BentoML 1.4.40, corrected in place (docs/design.md 18).
+"""Three per-request costs of BentoML 1.4.40, corrected in place (docs/design.md 18).
 
 - **A JSON schema per answer.** BentoML works out an IO model's media type from its JSON schema,
   built anew (a pydantic ``TypeAdapter`` and its schema) for every answer of every call: 1.0 ms of
@@ -10,6 +10,10 @@
   request's context: its tracing span, its scope, its task's context variables. Memory then grows
   with the request rate times the timeout (a storm of given-up requests raised an API worker's RSS
   by 8%), and the loop's timer heap with it. Here the timer is cancelled when the request ends.
+- **Spans for nobody.** Every service wraps every request in OpenTelemetry's ASGI middleware,
+  which makes a server span and a span per message received and sent, whether or not a span
+  processor would export them (its cost: docs/design.md 8). Without one (no ``TEXTBENTO_OTLP_ENDPOINT``, no ``tracing`` in a
+  BentoML config) the middleware is left out; with one, it stays as it is.
 
 Each refuses to start when the installed BentoML no longer has what it replaces
 (tests/test_bentoml_fixes.py pins both).
@@ -22,15 +26,19 @@ import inspect
 from functools import cache
 from typing import Any
 
+from _bentoml_impl.server.app import ServiceAppFactory
 from _bentoml_sdk import io_models
+from bentoml._internal.configuration.containers import BentoMLContainer
 from bentoml._internal.server.http import traffic
+from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from starlette.responses import JSONResponse
 
 
 def apply() -> None:
-    """Both corrections, from now on, in this process (twice changes nothing)."""
+    """Every correction, from now on, in this process (twice changes nothing)."""
     cache_media_types()
     cancel_timeout_timers()
+    trace_only_when_exported()
 
 
 def cache_media_types() -> None:
@@ -81,3 +89,25 @@ async def _timed(self: Any, scope: dict, receive: Any, send: Any) -> None:
         await fut
     finally:
         timer.cancel()
+
+
+def exported() -> bool:
+    """Whether BentoML's tracer provider has a span processor: something that would export a span."""
+    return bool(BentoMLContainer.tracer_provider.get()._active_span_processor._span_processors)
+
+
+def trace_only_when_exported() -> None:
+    """The services' ASGI apps leave OpenTelemetry's middleware out when no span would be exported."""
+    middlewares = ServiceAppFactory.__dict__.get("middlewares")
+    if not isinstance(middlewares, property):
+        raise RuntimeError("BentoML's ServiceAppFactory changed: serving/bentoml_fixes.py no longer applies")
+    if getattr(middlewares.fget, "only_when_exported", False):
+        return
+    stock = middlewares.fget
+
+    def chosen(factory: ServiceAppFactory) -> list:
+        every = stock(factory)
+        return every if exported() else [middleware for middleware in every if middleware.cls is not OpenTelemetryMiddleware]
+
+    chosen.only_when_exported = True
+    ServiceAppFactory.middlewares = property(chosen)

@@ -7,9 +7,13 @@ import gc
 import typing
 import weakref
 
+import bentoml
+from _bentoml_impl.server.app import ServiceAppFactory
 from _bentoml_sdk.io_models import IOMixin, ensure_io_descriptor
 from bentoml._internal.server.http.traffic import TimeoutMiddleware
+from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
+from serving import bentoml_fixes
 from serving.bentoml_fixes import apply, cache_media_types
 
 
@@ -72,3 +76,24 @@ def test_a_request_over_the_timeout_still_gets_504():
         await asyncio.sleep(5)
 
     assert asyncio.run(answered(TimeoutMiddleware(slow, timeout=0.05), 1, [])) == [504]
+
+
+@bentoml.service
+class Plain:
+    @bentoml.api
+    def echo(self, text: str) -> str:
+        return text
+
+
+def test_opentelemetry_wraps_requests_only_when_a_span_would_be_exported(monkeypatch):
+    """Nothing is exported by default: its spans would be for nobody, so the middleware is left out;
+    with an exporter, BentoML's stack as it is."""
+    apply()
+    Plain.inject_config()
+    assert bentoml_fixes.exported() is False  # no TEXTBENTO_OTLP_ENDPOINT, no tracing config here
+    plain = [middleware.cls for middleware in ServiceAppFactory(Plain).middlewares]
+    monkeypatch.setattr(bentoml_fixes, "exported", lambda: True)
+    traced = [middleware.cls for middleware in ServiceAppFactory(Plain).middlewares]
+    assert OpenTelemetryMiddleware in traced and OpenTelemetryMiddleware not in plain
+    assert [cls for cls in traced if cls is not OpenTelemetryMiddleware] == plain
+    assert TimeoutMiddleware in plain

@@ -1,4 +1,4 @@
-"""Where the request path spends its CPU: py-spy samples every service process under load.
+"""Where the request path spends its CPU: milliseconds of CPU per request, per process and kind of work.
 
     python -m bench.studies.profile [--texts-per-request 1] [--concurrency 64] [--seconds 20]
         → bench/results/profile-<texts>x-c<concurrency>.json (+ .txt, the shares as a table)
@@ -8,7 +8,11 @@ the given concurrency, and meanwhile records every process of the server with
 ``py-spy --subprocesses``; frames of threads that only wait are left out. Each process
 is named by its role (API worker, Encoder, supervisor); each sample's innermost frame of our own
 code or of a library is charged to a bucket (``BUCKETS``), so the table reads as "share of the
-busy CPU of the whole service per kind of work".
+busy CPU of the whole service per kind of work". A first phase without py-spy measures the CPU
+per request of every process (``bench.serving.cpu_seconds``), split among its kinds of work in
+proportion to their samples: milliseconds of CPU per request (and per text). Threads outside
+Python (ONNX Runtime's pool, the tokenizers') are not sampled, so their time is spread over their
+process's rows: the model's row is a floor, the others a ceiling.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pathlib import Path
 
 from bench import RESULTS, write_result
 from bench.load import closed_loop
-from bench.serving import role, serve
+from bench.serving import cpu_seconds, role, serve
 from bench.texts import short_texts
 
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
@@ -84,6 +88,8 @@ def summarise(raw: str) -> dict:
     top = {k: round(v / total, 3) for k, v in per_function.most_common(25)}
     return {
         "samples": total,
+        "samples_by_role": dict(per_role),
+        "samples_by_role_and_work": dict(per_role_bucket),
         "by_role": share(per_role),
         "by_work": share(per_bucket),
         "by_role_and_work": share(per_role_bucket),
@@ -106,6 +112,12 @@ def main() -> None:
     with serve(env={"TEXTBENTO_MODEL": bench_tag()}) as server:
         url = server.url + "/v1/embeddings"
         asyncio.run(closed_loop(url, body, concurrency=args.concurrency, requests=10**6, deadline_s=3, texts_per_request=per_request))
+        before = cpu_seconds(server.process.pid)
+        measured = asyncio.run(
+            closed_loop(url, body, concurrency=args.concurrency, requests=10**6, deadline_s=args.seconds, texts_per_request=per_request)
+        )
+        after, answered = cpu_seconds(server.process.pid), max(measured.statuses[200], 1)
+        cpu_ms = {part: round((after[part] - before.get(part, 0.0)) * 1000 / answered, 3) for part in after}
         load: list = []
         driver = threading.Thread(
             target=lambda: load.append(
@@ -138,14 +150,26 @@ def main() -> None:
             capture_output=True,
         )
         driver.join()
+    shares = summarise(raw_path.read_text())
+    total_ms = sum(cpu_ms.values())
     summary = {
-        "load": {"concurrency": args.concurrency, "texts_per_request": per_request, **load[0].summary()},
-        **summarise(raw_path.read_text()),
+        "load": {"concurrency": args.concurrency, "texts_per_request": per_request, **measured.summary()},
+        "cpu_ms_per_request": round(total_ms, 3),
+        "cpu_ms_per_request_by_role": cpu_ms,
+        "cpu_ms_per_request_by_role_and_work": {
+            work: round(cpu_ms.get(who, 0.0) * samples / shares["samples_by_role"][who], 3)
+            for work, samples in shares["samples_by_role_and_work"].items()
+            if (who := work.split(": ")[0]) in shares["samples_by_role"]
+        },
+        **shares,
     }
     raw_path.unlink()
     name = f"profile-{per_request}x-c{args.concurrency}"
     write_result(f"{name}.json", summary, indent=2)
-    lines = [f"{share:6.1%}  {work}" for work, share in summary["by_role_and_work"].items()]
+    per_text = lambda ms: f"  {ms / per_request:6.3f} ms/text" if per_request > 1 else ""
+    costs = sorted(summary["cpu_ms_per_request_by_role_and_work"].items(), key=lambda item: -item[1])
+    lines = [f"{ms:6.3f} ms/request{per_text(ms)}  {work}" for work, ms in costs]
+    lines.append(f"{total_ms:6.3f} ms/request{per_text(total_ms)}  all processes")
     (RESULTS / f"{name}.txt").write_text("\n".join(lines) + "\n")
     print(json.dumps(summary["load"]), *lines, sep="\n")
 
