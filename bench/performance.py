@@ -214,10 +214,28 @@ def profiles(files: dict) -> list[str]:
     ]
     rows = [[w, *(pct(d["by_work"][w]) if w in d["by_work"] else "–" for d in files.values())] for w in works]
     rows += [[f"role: {role}", *(pct(d["by_role"].get(role, 0)) for d in files.values())] for role in ("Encoder", "API worker")]
+    rows += [["CPU ms per request, all processes", *(n(d.get("cpu_ms_per_request"), 3) for d in files.values())]]
+    rows += [
+        [f"CPU ms per request: {role}", *(n(d.get("cpu_ms_per_request_by_role", {}).get(role), 3) for d in files.values())]
+        for role in ("Encoder", "API worker")
+    ]
     return [
         "py-spy on every process of the service under load (`python -m bench.studies.profile`); Python threads only.",
         "",
         *table(headers, rows),
+    ]
+
+
+def threads(files: dict) -> list[str]:
+    rows = [
+        [size, *(f"{n(f['wall_ms'], 2)} / {n(f['cpu_ms'], 2)}" for f in by_threads.values())]
+        for size, by_threads in files["threads.json"]["per_pass"].items()
+    ]
+    counts = list(next(iter(files["threads.json"]["per_pass"].values())))
+    return [
+        "Wall / CPU ms per forward pass of the served int8 graph, by pass size, short texts (`python -m bench.studies.threads`):",
+        "",
+        *table(["texts per pass", *counts], rows),
     ]
 
 
@@ -434,6 +452,7 @@ SECTIONS = [
     ("Rerank (`make bench`)", ["rerank.json"], rerank),
     ("The cost of metrics and traces (`make bench`)", ["telemetry-cost.json"], telemetry),
     ("Where the CPU goes", ["profile-*.json"], profiles),
+    ("Intra-op threads per pass (`python -m bench.studies.threads`)", ["threads.json"], threads),
     ("Memory", ["memory.json", "budget.json"], memory),
     ("Several models in one server (`python -m bench.studies.several_models`)", ["several-models.json"], several_models),
     ("Under impatient load", ["goodput*.json"], goodput),
