@@ -215,24 +215,6 @@ def unsigned_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def quantize_int8_per_tensor(source: Path, target: Path) -> Path:
-    """ONNX Runtime's stock dynamic int8 (one activation scale per tensor), served until per-token
-    replaced it and kept for comparison: ``bench.ceiling`` measures it, a test shows it missing the gate."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    quantize_dynamic(
-        source,
-        target,
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        op_types_to_quantize=["MatMul"],
-        use_external_data_format=external_data(source).is_file(),
-        # The fused graph's contrib ops defeat the quantizer's shape inference; their outputs are float.
-        extra_options={"DefaultTensorType": TensorProto.FLOAT},
-    )
-    return target
-
-
 def quantize_fp16(source: Path, target: Path, *, single_file_limit: int = SINGLE_FILE_LIMIT) -> Path:
     """fp16 weights and compute for CUDA; inputs stay int64 and the output float32."""
     from onnxruntime.transformers.float16 import convert_float_to_float16

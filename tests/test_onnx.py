@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 
+from bench.ceiling import quantize_int8_per_tensor
 from models.backends import load_backend
 from models.batching import pad
 from models.inference import run_batch
 from models.onnx_layout import FP16, FP32, INT8, onnx_dir
 from models.postprocess import sentence_embeddings
-from models.quantize import quantize_int8_per_tensor
 from models.spec import ModelSpec
 from models.store import default_model_dir, import_model
 from models.tokenization import TextTokenizer

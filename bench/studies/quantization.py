@@ -28,13 +28,13 @@ import bentoml
 import numpy as np
 
 from bench import RESULTS, write_result
-from bench.ceiling import STREAM, bench_tag, fidelity, rate
+from bench.ceiling import STREAM, bench_tag, fidelity, quantize_int8_per_tensor, rate
 from bench.texts import short_texts
 from models.backends import load_backend
 from models.export import export_fp32
 from models.inference import run_batch
 from models.onnx_layout import FP32, INT8, onnx_dir
-from models.quantize import SERVED_POLICY, quantize_int8, quantize_int8_per_tensor
+from models.quantize import SERVED_POLICY, quantize_int8
 from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
 from serving.settings import settings
