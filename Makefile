@@ -29,9 +29,9 @@ serve: model
 test: venv
 	$(BIN)/python -m pytest -q tests
 
-# The tests that start no server: the library, the import and the patches, in minutes.
+# The tests that start no server and import no model (the slow ones carry the mark `slow`: pytest.ini).
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not image and not served" tests
+	$(BIN)/python -m pytest -q -m "not image and not slow" tests
 
 # ruff (pyproject.toml): lint and format check; CI runs it before the tests. `make format` applies the format.
 lint: venv

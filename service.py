@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -28,11 +27,11 @@ from starlette.responses import Response
 
 from api import tei_routes
 from api.catalog import Catalog, ServedModel
-from api.errors import ERROR_RESPONSES, TEI_ROUTES, APIError, install_error_handlers
-from api.limits import check_sizes, refuse_truncated
+from api.errors import ERROR_RESPONSES, TEI_ROUTES, install_error_handlers
 from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CancelWhenGone, CountAnswers, JsonBodyOnly
-from api.options import check_dimensions, prompt_for
-from api.responses import json_response, usage
+from api.options import prompt_for
+from api.pipeline import Pipeline
+from api.responses import usage
 from api.types import (
     ClassifyRequest,
     ClassifyResponse,
@@ -48,20 +47,20 @@ from api.types import (
 from models.backends import load_backend
 from models.cpu import describe as describe_cpu
 from models.inference import InferenceThread, Pass, run_passes
-from models.postprocess import best_first, ranked_labels, scores, truncate_dimensions
+from models.postprocess import best_first
 from models.spec import ModelSpec
-from models.tokenization import Encoded, TextInput, TextTokenizer
+from models.tokenization import TextTokenizer
 from serving import bentoml_fixes
-from serving.coalesce import Coalescer, Overloaded
+from serving.coalesce import Coalescer
 from serving.connections import limit_connections, open_connections
 from serving.dispatch import dispatch_when_free
 from serving.drain import Drain
-from serving.gone import Dropped, Forgetter, deadline, new_key
+from serving.gone import Dropped, Forgetter
 from serving.gpus import gpu_share
 from serving.hop import resend_unanswered
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
-from serving.telemetry import Timing, forget_dead_processes, telemetry
-from serving.wire import ids_from_wire, ids_to_wire, rows_from_wire, rows_to_wire
+from serving.telemetry import forget_dead_processes, telemetry
+from serving.wire import ids_from_wire, rows_to_wire
 
 dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
 bentoml_fixes.apply()  # a JSON schema per answer, a timer per request: serving/bentoml_fixes.py
@@ -158,7 +157,7 @@ def encoder_for(tag: str, served: int) -> bentoml.Service:
     )(type("Encoder", (Encoder,), {"model": model}))
 
 
-ENCODERS = [encoder_for(tag, len(settings.served)) for tag in settings.served]
+ENCODERS = [encoder_for(tag, len(settings.model_tags)) for tag in settings.model_tags]
 
 
 def serves_each(encoders: list[bentoml.Service]):
@@ -195,15 +194,16 @@ app.include_router(tei_routes.router)  # text-embeddings-inference's API, over t
 )
 @bentoml.asgi_app(app)
 @serves_each(ENCODERS)
-class TextBento:
-    """The HTTP API and the tokenizer workers; concurrent requests share their calls to each model's Encoder."""
+class TextBento(Pipeline):
+    """The HTTP API and the tokenizer workers; concurrent requests share their calls to each model's Encoder
+    (the pipeline of every route: ``api/pipeline.py``)."""
 
     def __init__(self) -> None:
         if not settings.keys():
             logger.warning("no API key configured (TEXTBENTO_API_KEYS): the API is open to anyone who can reach it")
         limit_connections(header_timeout_s=settings.header_timeout_s, keep_alive_s=settings.keep_alive_s)
         forget_dead_processes()  # a SIGKILLed predecessor's requests in flight (then at each sample, below)
-        self.models = Catalog([self.served(index) for index in range(len(ENCODERS))])
+        self.models = Catalog([self.model_at(index) for index in range(len(ENCODERS))])
         telemetry.sample_held(
             {
                 "coalescer": lambda: sum(model.calls.queued for model in self.models),
@@ -214,7 +214,7 @@ class TextBento:
             sweep=True,
         )
 
-    def served(self, index: int) -> ServedModel:
+    def model_at(self, index: int) -> ServedModel:
         """The ``index``-th model as this worker serves it: its tokenizer, and its calls to its Encoder,
         shared by concurrent requests (``serving/coalesce.py``)."""
         model = getattr(self, f"model_{index}")
@@ -234,80 +234,6 @@ class TextBento:
             aliases=frozenset({model.tag.name, str(model.tag), spec.source} - {""}),
             max_in_flight=settings.max_concurrency,
         )
-
-    async def run(
-        self, model: ServedModel, texts: list[TextInput], truncate: bool, param: str, cut: str = "right"
-    ) -> tuple[list[Encoded], list[np.ndarray], Timing]:
-        """Check, tokenize off the event loop, then encode; the texts share calls to the model's Encoder
-        with other requests' texts. Timed for the answer's headers."""
-        check_sizes(texts, param, settings.max_inputs, settings.max_chars)
-        timing = Timing(model=model.name, texts=len(texts))
-        # The request's deadline (serving/gone.py) travels with its texts; work past it is not started.
-        due, key = deadline.get() or timing.started + settings.timeout_s, new_key()
-        overdue = APIError(504, "timeout", f"not answered within its deadline ({due - timing.started:.3g} s)", retry_after=1)
-        if due <= timing.started:
-            raise overdue
-        try:
-            with model.admitted():
-                async with asyncio.timeout(due - time.time()):
-                    encoded = await asyncio.to_thread(model.tokenizer.encode, texts, cut)
-                    timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
-                    if not truncate:
-                        refuse_truncated(encoded, param, model.spec.max_length)
-                    wire = ids_to_wire([e.ids for e in encoded], key, due)
-                    carried = await model.calls.submit(wire, abandoned=lambda: model.forget(key), within_s=due - time.time())
-        except TimeoutError:
-            raise overdue from None
-        except Overloaded as refused:  # it would only time out in the queue (serving/coalesce.py)
-            raise APIError(503, "overloaded", f"{refused}: retry shortly", retry_after=1) from None
-        if any(forward is None for _, forward in carried):  # left out in the Encoder as overdue, a hair before our own timeout
-            raise overdue
-        timing.encoded, timing.passes = time.time(), [Pass(*forward) for forward in {forward for _, forward in carried}]
-        return encoded, rows_from_wire([row for row, _ in carried]), timing
-
-    async def embed(
-        self, model: ServedModel, texts: list[str], param: str, *, prompt: str, truncate: bool, dimensions: int | None, cut: str = "right"
-    ) -> tuple[list[np.ndarray], Timing]:
-        """Sentence embeddings of ``texts`` with ``prompt`` before each, cut to ``dimensions``."""
-        check_dimensions(model.spec, dimensions)
-        _, vectors, timing = await self.run(model, [prompt + text for text in texts], truncate, param, cut)
-        return [truncate_dimensions(vector, dimensions, model.spec.normalize) for vector in vectors], timing
-
-    async def relevance(
-        self,
-        model: ServedModel,
-        query: str,
-        documents: list[str],
-        param: str,
-        *,
-        truncate: bool = True,
-        raw: bool = False,
-        cut: str = "right",
-    ) -> tuple[list[float], Timing]:
-        """Each document's relevance to the query: the cross-encoder's score of the pair (its logit when ``raw``)."""
-        _, logits, timing = await self.run(model, [(query, document) for document in documents], truncate, param, cut)
-        return [float(row[0] if raw else scores(row, model.spec.activation)[0]) for row in logits], timing
-
-    def answer(self, model: ServedModel, data: list[dict], timing: Timing) -> Response:
-        """The list answer of the routes, straight to JSON (``api/responses.py``)."""
-        return self.timed({"object": "list", "data": data, "model": model.name, "usage": usage(timing.tokens)}, timing)
-
-    def timed(self, payload: Any, timing: Timing) -> Response:
-        """``payload`` with the timing headers; the request's metrics and spans recorded."""
-        timing.answered = time.time()
-        telemetry.request(timing)
-        return json_response(payload, headers=timing.headers())
-
-    def classifications(
-        self, model: ServedModel, encoded: list[Encoded], logits: list[np.ndarray], top_k: int | None, raw: bool = False
-    ) -> list[dict]:
-        """One answer per text: its best label and score, and the ``top_k`` best when asked for."""
-        data = []
-        for index, (row, e) in enumerate(zip(logits, encoded)):
-            ranked = ranked_labels(row if raw else scores(row, model.spec.activation), model.spec.labels, top_k or 1)
-            top = [{"label": label, "score": score} for label, score in ranked] if top_k else None
-            data.append({"index": index, "label": ranked[0][0], "score": ranked[0][1], "scores": top, "truncated": e.truncated})
-        return data
 
     # textbento's own routes, OpenAI's and Cohere's/Jina's shapes.
 
@@ -346,7 +272,7 @@ class TextBento:
 
     @app.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
     async def model_list(self) -> ModelList:
-        devices = await asyncio.gather(*(model.serving() for model in self.models))
+        devices = await asyncio.gather(*(model.runtime() for model in self.models))
         return ModelList(data=[card(model, device) for model, device in zip(self.models, devices)])
 
     @app.post("/api/v1/sentiment", response_model=SentimentResponse, responses=ERROR_RESPONSES)

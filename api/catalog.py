@@ -20,6 +20,7 @@ from bentoml.exceptions import BentoMLException
 
 from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
+from serving.coalesce import Coalescer
 
 from .errors import APIError
 
@@ -36,25 +37,25 @@ class ServedModel:
     created: int
     spec: ModelSpec
     tokenizer: TextTokenizer
-    calls: Any  # serving.coalesce.Coalescer of this model's Encoder calls
-    encoder: Any  # the Encoder's client, for its card
+    calls: Coalescer[bytes, tuple[bytes, Any]]  # this model's Encoder calls, shared by concurrent requests
+    encoder: Callable[[], Any]  # the Encoder's BentoML client (made when first used), for its runtime card
     forget: Callable[[int], None]  # tells the Encoder a request was given up (serving.gone.Forgetter)
     aliases: frozenset[str] = field(default_factory=frozenset)
     # Admission per model: a slow or restarting model fills its own share of a worker, not the others'.
     max_in_flight: int = 512
     in_flight: int = 0
-    served_as: dict[str, Any] | None = None  # the Encoder's last answer to ``serving()``
+    runtime_card: dict[str, Any] | None = None  # the Encoder's last answer to ``runtime()``
 
-    async def serving(self, within_s: float = 2.0) -> dict[str, Any]:
+    async def runtime(self, within_s: float = 2.0) -> dict[str, Any]:
         """How the Encoder serves the model (backend, device, precision, fidelity, CPU), asked now; where
         it does not answer within ``within_s`` (restarting after a crash, loading), its last answer, so
         that the model list and TEI's /info stay up while one Encoder restarts. 503 before any answer."""
         try:
-            self.served_as = await asyncio.wait_for(self.encoder().to_async.device(), within_s)
+            self.runtime_card = await asyncio.wait_for(self.encoder().to_async.device(), within_s)
         except (TimeoutError, aiohttp.ClientError, BentoMLException):
-            if self.served_as is None:
+            if self.runtime_card is None:
                 raise APIError(503, "runner_unavailable", f"model {self.name!r} is starting; retry shortly", retry_after=1) from None
-        return self.served_as
+        return self.runtime_card
 
     def does(self, need: Need) -> bool:
         if need == "rerank":
@@ -95,7 +96,8 @@ class Catalog(Sequence[ServedModel]):
     def __iter__(self) -> Iterator[ServedModel]:
         return iter(self.models)
 
-    def served(self) -> str:
+    def listing(self) -> str:
+        """The served models and what each does, as an error names them."""
         return "; ".join(f"{model.name!r}, which does {model.kind()}" for model in self.models)
 
     def named(self, name: str | None) -> ServedModel:
@@ -104,7 +106,7 @@ class Catalog(Sequence[ServedModel]):
             return self.models[0]
         found = next((model for model in self.models if name in model.aliases), None)
         if found is None:
-            raise APIError(404, "model_not_found", f"model {name!r} is not served here; this server serves {self.served()}", "model")
+            raise APIError(404, "model_not_found", f"model {name!r} is not served here; this server serves {self.listing()}", "model")
         return found
 
     def pick(self, name: str | None, need: Need) -> ServedModel:
@@ -117,5 +119,5 @@ class Catalog(Sequence[ServedModel]):
             return found
         able = sorted((model for model in self.models if model.does(need)), key=lambda model: model.does("rerank"))
         if not able:
-            raise APIError(400, "wrong_task", f"no model served here does {need!r}; this server serves {self.served()}", "model")
+            raise APIError(400, "wrong_task", f"no model served here does {need!r}; this server serves {self.listing()}", "model")
         return able[0]

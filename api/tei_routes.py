@@ -1,7 +1,8 @@
 """text-embeddings-inference's routes (their types: ``api/tei.py``), for TEI's clients: huggingface_hub's
 ``InferenceClient``, LangChain's and LlamaIndex's TEI integrations. Each is TEI's shape over the
-pipeline of ``service.py`` (``TextBento.run``, ``embed``, ``relevance``, ``timed``), whose instance
-BentoML gives every route (``Served``); errors come in TEI's shape on these paths (``api/errors.py``).
+request pipeline (``api/pipeline.py``: ``run``, ``embed``, ``relevance``, ``timed``) of the service
+instance answering, which BentoML gives every route (``ThisPipeline``); errors come in TEI's shape on
+these paths (``api/errors.py``).
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ from . import tei
 from .errors import TEI_ERROR_RESPONSES
 from .limits import check_sizes
 from .options import prompt_for
+from .pipeline import Pipeline
 from .responses import json_response
 
 router = APIRouter()
-Served = Depends(bentoml.get_current_service)  # the TextBento instance answering
+ThisPipeline = Depends(bentoml.get_current_service)  # the service instance answering: a Pipeline
 
 
 @router.post("/embed", response_model=tei.EmbedResponse, responses=TEI_ERROR_RESPONSES)
-async def tei_embed(request: tei.EmbedRequest, server: Any = Served) -> Response:
+async def tei_embed(request: tei.EmbedRequest, server: Pipeline = ThisPipeline) -> Response:
     model = server.models.pick(request.model, "embed")
     prompt = prompt_for(model.spec, request.prompt_name, None)
     truncate, cut, dimensions = request.truncate is not False, request.truncation_direction, request.dimensions
@@ -38,7 +40,7 @@ async def tei_embed(request: tei.EmbedRequest, server: Any = Served) -> Response
 
 
 @router.post("/embed_sparse", response_model=tei.EmbedSparseResponse, responses=TEI_ERROR_RESPONSES)
-async def embed_sparse(request: tei.EmbedSparseRequest, server: Any = Served) -> Response:
+async def embed_sparse(request: tei.EmbedSparseRequest, server: Pipeline = ThisPipeline) -> Response:
     """SPLADE's sparse vectors: per text, its non-zero ``{index, value}``."""
     model = server.models.pick(request.model, "sparse")
     texts = [prompt_for(model.spec, request.prompt_name, None) + text for text in request.inputs]
@@ -47,7 +49,7 @@ async def embed_sparse(request: tei.EmbedSparseRequest, server: Any = Served) ->
 
 
 @router.post("/predict", response_model=tei.PredictResponse, responses=TEI_ERROR_RESPONSES)
-async def predict(request: tei.PredictRequest, server: Any = Served) -> Response:
+async def predict(request: tei.PredictRequest, server: Pipeline = ThisPipeline) -> Response:
     """Every label with its score, best first, per input (a text or a pair)."""
     model = server.models.pick(request.model, "classify")
     inputs, parameters = request.inputs, request.parameters or tei.ClassificationParameters()
@@ -66,7 +68,7 @@ async def predict(request: tei.PredictRequest, server: Any = Served) -> Response
 
 
 @router.post("/rerank", response_model=tei.RerankResponse, responses=TEI_ERROR_RESPONSES)
-async def tei_rerank(request: tei.RerankRequest, server: Any = Served) -> Response:
+async def tei_rerank(request: tei.RerankRequest, server: Pipeline = ThisPipeline) -> Response:
     model = server.models.pick(request.model, "rerank")
     truncate, cut = request.truncate is not False, request.truncation_direction
     relevance, timing = await server.relevance(
@@ -76,7 +78,7 @@ async def tei_rerank(request: tei.RerankRequest, server: Any = Served) -> Respon
 
 
 @router.post("/similarity", response_model=tei.SimilarityResponse, responses=TEI_ERROR_RESPONSES)
-async def similarity(request: tei.SimilarityRequest, server: Any = Served) -> Response:
+async def similarity(request: tei.SimilarityRequest, server: Pipeline = ThisPipeline) -> Response:
     """The cosine similarity of each sentence to the source sentence."""
     model = server.models.pick(request.model, "embed")
     parameters = request.parameters or tei.SimilarityParameters()
@@ -88,7 +90,7 @@ async def similarity(request: tei.SimilarityRequest, server: Any = Served) -> Re
 
 
 @router.post("/tokenize", response_model=tei.TokenizeResponse, responses=TEI_ERROR_RESPONSES)
-async def tokenize(request: tei.TokenizeRequest, server: Any = Served) -> Response:
+async def tokenize(request: tei.TokenizeRequest, server: Pipeline = ThisPipeline) -> Response:
     """The tokens each input is read as, uncut, with where they lie in it."""
     model = server.models.named(request.model)
     texts = [prompt_for(model.spec, request.prompt_name, None) + text for text in request.inputs]
@@ -98,10 +100,10 @@ async def tokenize(request: tei.TokenizeRequest, server: Any = Served) -> Respon
 
 
 @router.get("/info", response_model=tei.Info, responses=TEI_ERROR_RESPONSES)
-async def info(model: str | None = None, server: Any = Served) -> tei.Info:
+async def info(model: str | None = None, server: Pipeline = ThisPipeline) -> tei.Info:
     """The model (the first served unless ``?model=`` names one) and this server's limits, in TEI's fields."""
     served = server.models.named(model)
-    device = await served.serving()
+    device = await served.runtime()
     return tei.Info(
         model_id=served.spec.source or served.name,
         model_sha=served.spec.revision,
@@ -120,7 +122,7 @@ async def info(model: str | None = None, server: Any = Served) -> tei.Info:
 
 
 @router.post("/", responses=TEI_ERROR_RESPONSES)
-async def tei_root(body: dict[str, Any] = Body(), model: str | None = None, server: Any = Served) -> Response:
+async def tei_root(body: dict[str, Any] = Body(), model: str | None = None, server: Pipeline = ThisPipeline) -> Response:
     """TEI's root route, by what the model (``model``, else the first served) does: ``/predict`` for a
     classifier, ``/rerank`` for a reranker, ``/embed_sparse`` for SPLADE, ``/embed`` for an embedder,
     and ``/similarity`` when an embedder gets a source sentence and sentences (as huggingface_hub's

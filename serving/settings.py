@@ -93,7 +93,7 @@ class Settings(BaseSettings):
         return self
 
     @property
-    def served(self) -> list[str]:
+    def model_tags(self) -> list[str]:
         """The store tags served, in order: ``models`` when set, else ``model``. The order says which
         model answers a request that names none (the first one that does the route's task)."""
         tags = [tag.strip() for tag in self.models.split(",") if tag.strip()] or [self.model]

@@ -32,12 +32,25 @@ sys.path.insert(0, str(ROOT))
 from bench.serving import serve  # noqa: E402
 from bench.testmodels import build_bert_classifier, build_classifier  # noqa: E402
 
+# Fixtures that start a real ``bentoml serve`` (each logs to ``logs``) or import a model into the store.
+SLOW_FIXTURES = {
+    "logs",
+    "embed_tag",
+    "classify_tag",
+    "cross_encoder_tag",
+    "sparse_tag",
+    "plain_embed_tag",
+    "embed_onnx_tag",
+    "topic_classifier_tag",
+}
+
 
 def pytest_collection_modifyitems(items) -> None:
-    """Tests that start a real ``bentoml serve`` (each logs to ``logs``) are marked ``served``: ``make test-fast`` leaves them out."""
+    """Tests that need a slow fixture, directly or through another, are marked ``slow``: ``make test-fast``
+    leaves them out. Tests slow in other ways (training, building) carry the mark themselves."""
     for item in items:
-        if "logs" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.served)
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 TIMING_HEADERS = ("x-compute-time", "x-compute-tokens", "x-tokenization-time", "x-queue-time", "x-inference-time")

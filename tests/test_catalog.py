@@ -105,12 +105,12 @@ def test_a_restarting_encoder_leaves_its_last_card_in_the_model_list():
     served = answering(card, aiohttp.ServerDisconnectedError(), "hang", newer)
 
     async def ask_four_times():
-        return [await served.serving(within_s=0.1) for _ in range(4)]
+        return [await served.runtime(within_s=0.1) for _ in range(4)]
 
     assert asyncio.run(ask_four_times()) == [card, card, card, newer]
 
 
 def test_an_encoder_that_never_answered_is_a_503():
     with pytest.raises(APIError) as refused:
-        asyncio.run(answering("hang").serving(within_s=0.1))
+        asyncio.run(answering("hang").runtime(within_s=0.1))
     assert (refused.value.status, refused.value.type, refused.value.retry_after) == (503, "runner_unavailable", 1)

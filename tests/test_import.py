@@ -157,6 +157,7 @@ def test_classify_task_on_an_encoder_is_refused(capsys):
     assert "ForSequenceClassification" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a fresh interpreter imports the whole stack
 def test_cli_subprocess_reports_failure_on_stderr(tmp_path):
     result = run_import("--path", str(tmp_path / "nope"))
     assert result.returncode == 1

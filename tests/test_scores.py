@@ -69,6 +69,7 @@ def post(url: str, path: str, body: dict) -> dict:
     return response.json()
 
 
+@pytest.mark.slow  # its server fixture is taken by name
 @pytest.mark.parametrize("model", ["cross_encoder", "multi_label"])
 def test_scores_are_a_sigmoid_per_label(model, request):
     url, directory = request.getfixturevalue(model)

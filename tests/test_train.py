@@ -103,6 +103,7 @@ def test_bad_data_gets_one_line_and_nothing_is_stored(case, tmp_path, capsys):
     assert stored_models() == before
 
 
+@pytest.mark.slow  # loads a model to train it
 def test_the_embedder_refuses_a_missing_column_in_one_line(tmp_path):
     result = train(
         "train_embedder", "--data", str(write_csv(tmp_path / "p.csv", ["question", "positive"], [["a", "b"]])), "--name", "never"
@@ -122,6 +123,7 @@ def classifier_tag(tmp_path_factory):
     return result.stdout.strip()
 
 
+@pytest.mark.slow  # trains a model
 def test_the_trained_classifier_is_stored_with_its_labels_and_run(classifier_tag):
     import bentoml
 
