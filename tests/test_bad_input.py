@@ -13,26 +13,26 @@ JSON = {"content-type": "application/json"}
 LONG = "word " * 600  # ~600 tokens: over MiniLM's 256
 
 BAD_INPUTS = [
-    # (name, path, raw body, headers, status, error type)
-    ("invalid JSON", "/v1/embeddings", b'{"input": ', JSON, 422, "invalid_json"),
-    ("non-UTF-8 bytes", "/v1/embeddings", b'{"input": "\xff\xfe"}', JSON, 422, "invalid_json"),
-    ("JSON that is not an object", "/v1/embeddings", b'["a"]', JSON, 422, "invalid_request"),
-    ("wrong type (number)", "/v1/embeddings", {"input": 42}, JSON, 422, "invalid_request"),
-    ("wrong item type", "/v1/embeddings", {"input": ["ok", 7]}, JSON, 422, "invalid_request"),
-    ("missing field", "/v1/embeddings", {}, JSON, 422, "invalid_request"),
-    ("empty string", "/v1/embeddings", {"input": ""}, JSON, 422, "invalid_request"),
-    ("empty list", "/v1/embeddings", {"input": []}, JSON, 422, "invalid_request"),
-    ("null item", "/v1/embeddings", {"input": ["ok", None]}, JSON, 422, "invalid_request"),
-    ("null input", "/v1/embeddings", {"input": None}, JSON, 422, "invalid_request"),
-    ("unknown field", "/v1/embeddings", {"input": "x", "temperature": 1}, JSON, 422, "invalid_request"),
-    ("bad encoding_format", "/v1/embeddings", {"input": "x", "encoding_format": "int8"}, JSON, 422, "invalid_request"),
-    ("negative top_k", "/v1/classify", {"inputs": "x", "top_k": -1}, JSON, 422, "invalid_request"),
-    ("257 inputs", "/v1/embeddings", {"input": ["x"] * 257}, JSON, 413, "too_many_inputs"),
-    ("20,001-character input", "/v1/embeddings", {"input": ["ok", "a" * 20_001]}, JSON, 413, "input_too_long"),
-    ("over max_length, truncate false", "/v1/embeddings", {"input": LONG, "truncate": False}, JSON, 413, "input_too_long"),
-    ("9 MiB body", "/v1/embeddings", b'{"input": "' + b"a" * (9 * 2**20) + b'"}', JSON, 413, "body_too_large"),
-    ("text/plain body", "/v1/embeddings", b'{"input": "x"}', {"content-type": "text/plain"}, 415, "unsupported_media_type"),
-    ("form body", "/v1/embeddings", b"input=x", {"content-type": "application/x-www-form-urlencoded"}, 415, "unsupported_media_type"),
+    # (name, path, raw body, headers, status, error type, the field it names where the check is exact)
+    ("invalid JSON", "/v1/embeddings", b'{"input": ', JSON, 422, "invalid_json", None),
+    ("non-UTF-8 bytes", "/v1/embeddings", b'{"input": "\xff\xfe"}', JSON, 422, "invalid_json", None),
+    ("JSON that is not an object", "/v1/embeddings", b'["a"]', JSON, 422, "invalid_request", None),
+    ("wrong type (number)", "/v1/embeddings", {"input": 42}, JSON, 422, "invalid_request", "input"),
+    ("wrong item type", "/v1/embeddings", {"input": ["ok", 7]}, JSON, 422, "invalid_request", None),
+    ("missing field", "/v1/embeddings", {}, JSON, 422, "invalid_request", None),
+    ("empty string", "/v1/embeddings", {"input": ""}, JSON, 422, "invalid_request", "input.0"),
+    ("empty list", "/v1/embeddings", {"input": []}, JSON, 422, "invalid_request", "input"),
+    ("null item", "/v1/embeddings", {"input": ["ok", None]}, JSON, 422, "invalid_request", "input.1"),
+    ("null input", "/v1/embeddings", {"input": None}, JSON, 422, "invalid_request", None),
+    ("unknown field", "/v1/embeddings", {"input": "x", "temperature": 1}, JSON, 422, "invalid_request", None),
+    ("bad encoding_format", "/v1/embeddings", {"input": "x", "encoding_format": "int8"}, JSON, 422, "invalid_request", "encoding_format"),
+    ("negative top_k", "/v1/classify", {"inputs": "x", "top_k": -1}, JSON, 422, "invalid_request", None),
+    ("257 inputs", "/v1/embeddings", {"input": ["x"] * 257}, JSON, 413, "too_many_inputs", None),
+    ("20,001-character input", "/v1/embeddings", {"input": ["ok", "a" * 20_001]}, JSON, 413, "input_too_long", None),
+    ("over max_length, truncate false", "/v1/embeddings", {"input": LONG, "truncate": False}, JSON, 413, "input_too_long", None),
+    ("9 MiB body", "/v1/embeddings", b'{"input": "' + b"a" * (9 * 2**20) + b'"}', JSON, 413, "body_too_large", None),
+    ("text/plain body", "/v1/embeddings", b'{"input": "x"}', {"content-type": "text/plain"}, 415, "unsupported_media_type", None),
+    ("form body", "/v1/embeddings", b"input=x", {"content-type": "application/x-www-form-urlencoded"}, 415, "unsupported_media_type", None),
     (
         "BentoML pickle body",
         "/v1/embeddings",
@@ -40,11 +40,16 @@ BAD_INPUTS = [
         {"content-type": "application/vnd.bentoml+pickle"},
         415,
         "unsupported_media_type",
+        None,
     ),
-    ("no content type", "/v1/embeddings", b'{"input": "x"}', {}, 415, "unsupported_media_type"),
-    ("wrong task", "/v1/classify", {"inputs": "x"}, JSON, 400, "wrong_task"),
-    ("unknown model name", "/v1/embeddings", {"input": "x", "model": "gpt-4"}, JSON, 404, "model_not_found"),
-    ("wrong dimensions", "/v1/embeddings", {"input": "x", "dimensions": 1536}, JSON, 400, "invalid_request"),
+    ("no content type", "/v1/embeddings", b'{"input": "x"}', {}, 415, "unsupported_media_type", None),
+    ("wrong task", "/v1/classify", {"inputs": "x"}, JSON, 400, "wrong_task", None),
+    ("unknown model name", "/v1/embeddings", {"input": "x", "model": "gpt-4"}, JSON, 404, "model_not_found", "model"),
+    ("wrong dimensions", "/v1/embeddings", {"input": "x", "dimensions": 1536}, JSON, 400, "invalid_request", None),
+    ("a number in the list", "/v1/embeddings", {"input": [1, 2]}, JSON, 422, "invalid_request", "input.0"),
+    ("a misspelt field", "/v1/embeddings", {"inputs": "typo"}, JSON, 422, "invalid_request", "input"),
+    ("top_k not a number", "/v1/classify", {"inputs": "x", "top_k": "many"}, JSON, 422, "invalid_request", "top_k"),
+    ("sentiment text a number", "/api/v1/sentiment", {"text": 3}, JSON, 422, "invalid_request", "text"),
 ]
 
 
@@ -53,12 +58,16 @@ def send(url, path, body, headers):
     return requests.post(url + path, data=data, headers=headers, timeout=60)
 
 
-@pytest.mark.parametrize(("name", "path", "body", "headers", "status", "kind"), BAD_INPUTS, ids=[row[0] for row in BAD_INPUTS])
-def test_bad_input_gets_a_clear_4xx(embed_url, name, path, body, headers, status, kind):
+@pytest.mark.parametrize(("name", "path", "body", "headers", "status", "kind", "param"), BAD_INPUTS, ids=[row[0] for row in BAD_INPUTS])
+def test_bad_input_gets_a_clear_4xx(embed_url, name, path, body, headers, status, kind, param):
     response = send(embed_url, path, body, headers)
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["type"] == kind and error["message"]
+    if param is not None:  # the field named, and first in the message
+        assert error["param"] == param
+        if status == 422:
+            assert error["message"].startswith(param + ":")
     for leak in ("Traceback", "site-packages", os.environ["BENTOML_HOME"], "/tmp/"):
         assert leak not in response.text
 
