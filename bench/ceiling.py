@@ -34,7 +34,7 @@ import bentoml
 import numpy as np
 
 from bench import RESULTS, write_result
-from bench.texts import short_texts
+from harness.texts import short_texts
 from models.backends import Backend, load_backend
 from models.batching import pad
 from models.inference import run_batch

@@ -46,10 +46,10 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import RESULTS, write_result
-from bench.load import closed_loop
-from bench.serving import serve
 from bench.soak import ROUTES, mixed_body
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import serve
+from harness.texts import short_texts
 from serving.settings import settings
 
 GRACE_S = 10

@@ -23,9 +23,9 @@ from pathlib import Path
 import bentoml
 
 from bench import RESULTS, write_result
-from bench.load import closed_loop
-from bench.serving import ROOT, serve
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import ROOT, serve
+from harness.texts import short_texts
 
 POINTS = [(1, 1), (1, 64), (32, 8)]  # (texts per request, concurrency)
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from bench import write_result
 from bench.ceiling import STREAM, bench_tag, fidelity, rate
-from bench.texts import short_texts
+from harness.texts import short_texts
 from models import cpu
 from models.backends import load_backend
 from models.backends.onnx_backend import OnnxBackend

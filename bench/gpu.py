@@ -36,9 +36,9 @@ import bentoml
 
 from bench import write_result
 from bench.ceiling import ceiling
-from bench.load import closed_loop
-from bench.serving import serve
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import serve
+from harness.texts import short_texts
 from serving.settings import settings
 
 # name → (BertConfig fields, task); MiniLM-L6 = all-MiniLM-L6-v2 / ms-marco-MiniLM-L-6-v2, BERT-base = BertConfig's defaults.

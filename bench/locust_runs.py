@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from bench import RESULTS, write_result
-from bench.serving import serve
+from harness.serving import serve
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = str(Path(sys.executable).with_name("locust"))

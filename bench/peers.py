@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from bench import write_result
-from bench.load import closed_loop
-from bench.serving import ROOT, cpu_seconds, free_port, serve, stop_group
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import ROOT, cpu_seconds, free_port, serve, stop_group
+from harness.texts import short_texts
 
 PEER = "infinity-emb 0.0.78 (optimum engine, ONNX Runtime int8 per-channel)"
 BUILD = ROOT / "build" / "peers"

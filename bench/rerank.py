@@ -18,9 +18,9 @@ from pathlib import Path
 import bentoml
 
 from bench import RESULTS, write_result
-from bench.load import closed_loop
-from bench.serving import serve
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import serve
+from harness.texts import short_texts
 
 MODEL = "bench-cross-encoder"
 SYSTEMS = {"textbento": ("service:TextBento", False), "naive-fastapi": ("bench.baselines.fastapi_apps:naive", True)}

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from bench import RESULTS, write_result
-from bench.load import closed_loop
-from bench.serving import ROOT, serve
-from bench.testmodels import build_classifier
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import ROOT, serve
+from harness.testmodels import build_classifier
+from harness.texts import short_texts
 
 SYSTEMS = {  # name → (target, uvicorn factory?)
     "textbento": ("service:TextBento", False),

@@ -17,9 +17,9 @@ import threading
 import time
 
 from bench import RESULTS, write_result
-from bench.load import closed_loop
-from bench.serving import serve
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import serve
+from harness.texts import short_texts
 
 # Each task's route, and its request for one text or a list of them.
 ROUTES = {"embed": "/v1/embeddings", "classify": "/v1/classify", "rerank": "/v1/rerank", "sparse": "/embed_sparse"}

@@ -39,8 +39,8 @@ import psutil
 import requests
 
 from bench import write_result
-from bench.serving import Server, role, serve
-from bench.texts import short_texts
+from harness.serving import Server, role, serve
+from harness.texts import short_texts
 
 SETTLE_S = 5.0
 # Idle keep-alive connections from the API workers to the Encoders (an open file on both ends) outlive
@@ -267,7 +267,7 @@ def import_test_models(directory: Path) -> dict[str, str]:
 
     from transformers import BertForMaskedLM
 
-    from bench.testmodels import build_bert_classifier, build_classifier, build_splade, build_tiny_bert
+    from harness.testmodels import build_bert_classifier, build_classifier, build_splade, build_tiny_bert
 
     build_splade(directory / "splade", build_tiny_bert(directory / "mlm", BertForMaskedLM))
     sources = {

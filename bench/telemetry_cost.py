@@ -15,9 +15,9 @@ import statistics
 from contextlib import ExitStack
 
 from bench import write_result
-from bench.load import closed_loop
-from bench.serving import serve
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import serve
+from harness.texts import short_texts
 
 CONCURRENCY = 64
 

@@ -29,8 +29,8 @@ atexit.register(shutil.rmtree, os.environ["BENTOML_HOME"], ignore_errors=True)
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.serving import serve  # noqa: E402
-from bench.testmodels import build_bert_classifier, build_classifier  # noqa: E402
+from harness.serving import serve  # noqa: E402
+from harness.testmodels import build_bert_classifier, build_classifier  # noqa: E402
 
 # Fixtures that start a real ``bentoml serve`` (each logs to ``logs``) or import a model into the store.
 SLOW_FIXTURES = {
@@ -147,7 +147,7 @@ def sparse_tag(tmp_path_factory) -> str:
     """A SPLADE sparse encoder (random weights) on a tiny masked LM."""
     from transformers import BertForMaskedLM
 
-    from bench.testmodels import build_splade, build_tiny_bert
+    from harness.testmodels import build_splade, build_tiny_bert
 
     directory = tmp_path_factory.mktemp("splade")
     build_splade(directory / "splade", build_tiny_bert(directory / "mlm", BertForMaskedLM))

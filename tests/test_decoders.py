@@ -1,7 +1,7 @@
 """Decoder-only models served: embedders as sentence-transformers configures them, rerankers as transformers scores them.
 
 Tiny random-weight Qwen3, Llama, Mistral, Gemma 3 and GPT-2 models, with a byte-level BPE that appends
-its EOS to every text as Qwen3-Embedding's does (``bench.testmodels``). Embedders are sentence-transformers
+its EOS to every text as Qwen3-Embedding's does (``harness.testmodels``). Embedders are sentence-transformers
 pipelines (last-token or mean pooling, Dense, Normalize, prompts), saved with either padding side,
 imported through the store and held to ``SentenceTransformer.encode`` within 1e-5 on the torch and ONNX
 backends; a text's vector is the same alone and inside one padded pass of others (textbento pads on the
@@ -41,7 +41,7 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
-from bench.testmodels import build_decoder, build_decoder_tokenizer
+from harness.testmodels import build_decoder, build_decoder_tokenizer
 from models.backends import load_backend
 from models.batching import pad, split_segments
 from models.detection import UnsupportedModel
@@ -104,7 +104,7 @@ PIPELINES = {
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> Path:
-    """A byte-level BPE that appends its EOS to every text and pair, as Qwen3-Embedding's (``bench.testmodels``)."""
+    """A byte-level BPE that appends its EOS to every text and pair, as Qwen3-Embedding's (``harness.testmodels``)."""
     return build_decoder_tokenizer(tmp_path_factory.mktemp("decoder-tokenizer"), varied_sentences(120, seed=2) + HARD_TEXTS)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bentoml._internal.marshal import dispatcher
 
-from bench.load import closed_loop
+from harness.load import closed_loop
 from serving.dispatch import DispatchWhenFree, dispatch_when_free
 from tests.conftest import lone_latencies, served
 

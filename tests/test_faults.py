@@ -13,8 +13,8 @@ import aiohttp
 import psutil
 import pytest
 
-from bench.load import closed_loop
 from bench.storm import gauges, idle_levels, settled
+from harness.load import closed_loop
 from tests.conftest import eventually_ok, served
 
 

@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from bench import write_result
-from bench.serving import free_port
+from harness.serving import free_port
 from tests.reference import TEXTS, backend_outputs
 
 pytestmark = [

@@ -3,6 +3,7 @@
 - ``models/``: what the model does; no HTTP, no BentoML internals, neither ``api`` nor ``serving``.
 - ``api/``: the HTTP surface; no inference runtime (an API worker never loads one).
 - ``serving/``: the BentoML plumbing; no inference runtime, no FastAPI.
+- ``harness/``: drives the service from outside, as a user would; none of its code.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ FORBIDDEN = {
     "models": ("bentoml._internal", "_bentoml_impl", "_bentoml_sdk", "fastapi", "starlette", "aiohttp", "uvicorn", "api", "serving"),
     "api": RUNTIMES,
     "serving": (*RUNTIMES, "fastapi"),
+    "harness": ("api", "serving", "service"),
 }
 
 

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import requests
 
-from bench.load import closed_loop
+from harness.load import closed_loop
 from tests.conftest import eventually_ok, served
 
 

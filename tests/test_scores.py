@@ -14,7 +14,7 @@ import requests
 import torch
 from transformers import AutoTokenizer, BertForSequenceClassification
 
-from bench.testmodels import build_bert_classifier
+from harness.testmodels import build_bert_classifier
 from tests.conftest import check_timing_headers, run_import, served
 
 TEXTS = ["a query and its passage", "ok", "Déjà vu: the same text twice, then a third time."]
@@ -30,7 +30,7 @@ MULTI_LABEL = {"num_labels": 3, "problem_type": "multi_label_classification", "i
 
 
 def build(directory, **config) -> str:
-    """A small BERT classifier (``bench.testmodels``), imported; its tag."""
+    """A small BERT classifier (``harness.testmodels``), imported; its tag."""
     build_bert_classifier(directory, **config)
     result = run_import("--path", str(directory), "--name", directory.name)
     assert result.returncode == 0, result.stderr

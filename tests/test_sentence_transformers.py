@@ -19,7 +19,7 @@ import pytest
 import torch
 from sentence_transformers import SentenceTransformer, models
 
-from bench.testmodels import build_tiny_bert
+from harness.testmodels import build_tiny_bert
 from models.detection import UnsupportedModel, read_sentence_transformers
 from models.spec import ModelSpec
 from models.store import default_model_dir, import_model

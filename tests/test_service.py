@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import requests
 
-from bench.load import batch_histogram, closed_loop
+from harness.load import batch_histogram, closed_loop
 from tests.conftest import auto_backend, check_timing_headers
 from tests.reference import class_probabilities
 

@@ -13,7 +13,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.load import closed_loop
+from harness.load import closed_loop
 from tests.conftest import served
 from tests.test_faults import workers
 

@@ -17,7 +17,7 @@ import requests
 from sentence_transformers import SparseEncoder
 from transformers import BertForMaskedLM
 
-from bench.testmodels import build_splade, build_tiny_bert
+from harness.testmodels import build_splade, build_tiny_bert
 from models.backends import load_backend, onnx_backend
 from models.detection import UnsupportedModel
 from models.selfcheck import MAX_FLIPPED_MASS, MEAN_COSINE, MIN_COSINE

@@ -48,7 +48,7 @@ def measure(tag: str, budget: int) -> dict[str, float]:
 
 
 def main() -> None:
-    from bench.testmodels import build_classifier
+    from harness.testmodels import build_classifier
     from models.store import import_model
 
     try:

@@ -22,9 +22,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import RESULTS
-from bench.load import closed_loop
-from bench.serving import serve
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import serve
+from harness.texts import short_texts
 
 ADMISSION = 8  # requests in flight per API worker: the last phase goes past it
 PHASES = [("1 text, c=6", 1, 6), ("32 texts, c=4", 32, 4), ("1 text, c=64 (past admission)", 1, 64)]

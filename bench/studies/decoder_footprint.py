@@ -2,7 +2,7 @@
 
     python -m bench.studies.decoder_footprint [--texts 256] [--rounds 2]   → bench/results/decoder-footprint.json
 
-Two random-weight Qwen3 embedders built offline (``bench.testmodels``), with the files
+Two random-weight Qwen3 embedders built offline (``harness.testmodels``), with the files
 sentence-transformers reads for Qwen3-Embedding (last-token pooling of the appended EOS, Normalize,
 ``max_seq_length`` 512): a tiny one (hidden 64, 2 layers) and one of Qwen3-0.6B's shape (hidden
 1,024, 28 layers, 16 query and 8 key/value heads of 128, FFN 3,072, 151,669 embeddings: ~0.6B
@@ -36,7 +36,7 @@ from pathlib import Path
 import bentoml
 
 from bench import write_result
-from bench.texts import short_texts
+from harness.texts import short_texts
 
 SHAPES = {
     "tiny": {
@@ -94,7 +94,7 @@ def import_shape(size: str) -> dict:
     """Builds and imports the ``size`` model (in a process of its own: its peak RSS is the import's)."""
     from transformers import AutoTokenizer, Qwen3Config
 
-    from bench.testmodels import build_decoder, build_decoder_tokenizer
+    from harness.testmodels import build_decoder, build_decoder_tokenizer
     from models.store import import_model
 
     root = Path(tempfile.mkdtemp(prefix=f"decoder-{size}-"))

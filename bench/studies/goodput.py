@@ -35,8 +35,8 @@ import requests
 
 from bench import write_result
 from bench.compare import import_default, worktree
-from bench.load import closed_loop
-from bench.serving import ROOT, serve
+from harness.load import closed_loop
+from harness.serving import ROOT, serve
 
 LOADS = (1, 2, 4)  # offered load, × capacity
 PATIENCE_S = 1.0

@@ -16,9 +16,9 @@ import json
 import psutil
 
 from bench import RESULTS, write_result
-from bench.load import closed_loop
-from bench.serving import role, serve
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import role, serve
+from harness.texts import short_texts
 
 
 def measure(tag: str, workers: int) -> dict:

@@ -9,7 +9,7 @@ the given concurrency, and meanwhile records every process of the server with
 is named by its role (API worker, Encoder, supervisor); each sample's innermost frame of our own
 code or of a library is charged to a bucket (``BUCKETS``), so the table reads as "share of the
 busy CPU of the whole service per kind of work". A first phase without py-spy measures the CPU
-per request of every process (``bench.serving.cpu_seconds``), split among its kinds of work in
+per request of every process (``harness.serving.cpu_seconds``), split among its kinds of work in
 proportion to their samples: milliseconds of CPU per request (and per text). Threads outside
 Python (ONNX Runtime's pool, the tokenizers') are not sampled, so their time is spread over their
 process's rows: the model's row is a floor, the others a ceiling.
@@ -28,9 +28,9 @@ from collections import Counter
 from pathlib import Path
 
 from bench import RESULTS, write_result
-from bench.load import closed_loop
-from bench.serving import cpu_seconds, role, serve
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import cpu_seconds, role, serve
+from harness.texts import short_texts
 
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 # Innermost frames of threads that wait: py-spy's idle detection misses them in --nonblocking mode.

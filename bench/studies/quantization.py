@@ -29,7 +29,7 @@ import numpy as np
 
 from bench import RESULTS, write_result
 from bench.ceiling import STREAM, bench_tag, fidelity, quantize_int8_per_tensor, rate
-from bench.texts import short_texts
+from harness.texts import short_texts
 from models.backends import load_backend
 from models.export import export_fp32
 from models.inference import run_batch

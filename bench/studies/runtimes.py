@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from bench import write_result
-from bench.texts import short_texts
+from harness.texts import short_texts
 from models.backends.onnx_backend import OnnxBackend
 from models.batching import split_segments
 from models.inference import pad

@@ -4,7 +4,7 @@
 
 Three models, as tests/test_several_models.py serves them: the embedded all-MiniLM-L6-v2 (``minilm``),
 a one-logit BERT cross-encoder (``cross-encoder``, 32 wide, 2 layers) and a 2-label DistilBERT
-classifier (``sst2-test``, 64 wide, 2 layers), random weights (``bench.testmodels``), imported with
+classifier (``sst2-test``, 64 wide, 2 layers), random weights (``harness.testmodels``), imported with
 their ONNX graphs into a store of their own under /tmp (kept, and reused when the study is rerun).
 Two servers run side by side, default settings (``auto`` backend, one API worker per core): MiniLM
 alone (``TEXTBENTO_MODEL``) and the three (``TEXTBENTO_MODELS``, one Encoder process each).
@@ -34,11 +34,11 @@ from pathlib import Path
 import psutil
 
 from bench import write_result
-from bench.load import closed_loop
-from bench.serving import serve
 from bench.soak import ROUTES
-from bench.testmodels import build_bert_classifier, build_classifier
-from bench.texts import short_texts
+from harness.load import closed_loop
+from harness.serving import serve
+from harness.testmodels import build_bert_classifier, build_classifier
+from harness.texts import short_texts
 
 STORE = Path(tempfile.gettempdir()) / "textbento-several-models-home"
 CONCURRENCY = 16
@@ -145,7 +145,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    os.environ["BENTOML_HOME"] = str(STORE)  # the imports' store, and the store bench.serving's servers read
+    os.environ["BENTOML_HOME"] = str(STORE)  # the imports' store, and the store harness.serving's servers read
     models = stored_models()
     tags = {name: model["tag"] for name, model in models.items()}
     with ExitStack() as servers:

@@ -10,7 +10,7 @@ and over ``--texts`` short ordinary texts. Speed: sentences/s of both graphs in 
 batches of 32 under the serving token budget, alternated in one run, best of ``--rounds``.
 
 Shapes (SPLADE built offline, max pooling, relu, the 30,522-id vocabulary: the vocab-sized head is
-real): ``test`` is the tests' model (``bench.testmodels``: 32 wide, 2 layers, random); ``minilm`` is
+real): ``test`` is the tests' model (``harness.testmodels``: 32 wide, 2 layers, random); ``minilm`` is
 all-MiniLM-L6-v2's trained encoder with its tied embeddings as the MLM decoder (384 wide, 6 layers;
 random transform head: the shape of small SPLADEs); ``bert-base`` is BERT-base's shape (768 wide,
 12 layers: most SPLADE models), random. These make nearly every id non-zero; ``-sparse`` shifts the
@@ -38,7 +38,7 @@ def build(shape: str, root: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-    from bench.testmodels import build_splade, build_tiny_bert
+    from harness.testmodels import build_splade, build_tiny_bert
     from models.store import default_model_dir
 
     mlm = root / f"{shape}-mlm"
@@ -62,7 +62,7 @@ def sparsify(model, tokenizer, share: float = SPARSITY) -> None:
     pooling: random weights would make nearly all 30,522 non-zero, a trained SPLADE makes ~100-300."""
     import torch
 
-    from bench.texts import short_texts
+    from harness.texts import short_texts
 
     batch = tokenizer(short_texts(64, seed=2), padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -151,7 +151,7 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="sparse-int8-"))
     os.environ["BENTOML_HOME"] = str(home / "bentoml")  # before bentoml is imported
     from bench import write_result
-    from bench.texts import short_texts
+    from harness.texts import short_texts
     from serving.settings import settings
 
     load_before = os.getloadavg()

@@ -17,7 +17,7 @@ import time
 import bentoml
 
 from bench import write_result
-from bench.texts import short_texts
+from harness.texts import short_texts
 from models.backends import load_backend
 from models.inference import run_batch
 from models.spec import ModelSpec
