@@ -31,7 +31,7 @@ import numpy as np
 
 from bench import write_result
 from harness.load import closed_loop
-from harness.serving import ROOT, cpu_seconds, free_port, serve, stop_group
+from harness.serving import ROOT, cpu_ms_per, cpu_seconds, free_port, serve, stop_group
 from harness.texts import short_texts
 
 PEER = "infinity-emb 0.0.78 (optimum engine, ONNX Runtime int8 per-channel)"
@@ -125,8 +125,7 @@ def load_points(url: str, pid: int) -> dict[str, dict]:
         result = asyncio.run(
             closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request)
         )
-        after, answered = cpu_seconds(pid), max(result.statuses[200], 1)
-        by_part = {part: round((after[part] - before.get(part, 0.0)) * 1000 / answered, 2) for part in after}
+        by_part = cpu_ms_per(before, cpu_seconds(pid), result.statuses[200])
         rows[name] = {**result.summary(), "cpu_ms_per_request": round(sum(by_part.values()), 2), "cpu_ms_per_request_by_part": by_part}
         if result.errors:  # a figure with errors in it compares nothing
             raise RuntimeError(f"{url} {name}: {result.errors} errors, e.g. {result.sample_errors[:2]}")

@@ -154,3 +154,8 @@ def cpu_seconds(pid: int) -> dict[str, float]:
             times, part = process.cpu_times(), role(command) if "bentoml" in command else "server"
             used[part] = used.get(part, 0.0) + times.user + times.system
     return used
+
+
+def cpu_ms_per(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
+    """Milliseconds of CPU per request (or per ``count`` of anything) of each part, between two ``cpu_seconds``."""
+    return {part: round((after[part] - before.get(part, 0.0)) * 1000 / max(count, 1), 3) for part in after}

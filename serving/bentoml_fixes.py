@@ -1,22 +1,23 @@
 """Three per-request costs of BentoML 1.4.40, corrected in place (docs/design.md 18).
 
 - **A JSON schema per answer.** BentoML works out an IO model's media type from its JSON schema,
-  built anew (a pydantic ``TypeAdapter`` and its schema) for every answer of every call: 1.0 ms of
-  CPU per Encoder call (docs/design.md 8), on the path of every request. The media type depends
-  only on the class, so each class's is worked out once.
+  built anew (a pydantic ``TypeAdapter`` and its schema) for every answer of every call, on the
+  path of every request (its cost: docs/design.md 8). The media type depends only on the class, so
+  each class's is worked out once.
 - **A timer per request, never cancelled.** BentoML's ``TimeoutMiddleware`` starts a
   ``loop.call_later(timeout)`` for every request and leaves it in the event loop once the request
   is answered. Until it fires (``traffic.timeout``: a minute and more), the timer holds the
   request's context: its tracing span, its scope, its task's context variables. Memory then grows
-  with the request rate times the timeout (a storm of given-up requests raised an API worker's RSS
-  by 8%), and the loop's timer heap with it. Here the timer is cancelled when the request ends.
+  with the request rate times the timeout (docs/reliability.md, the disconnect storm), and the
+  loop's timer heap with it. Here the timer is cancelled when the request ends.
 - **Spans for nobody.** Every service wraps every request in OpenTelemetry's ASGI middleware,
   which makes a server span and a span per message received and sent, whether or not a span
-  processor would export them (its cost: docs/design.md 8). Without one (no ``TEXTBENTO_OTLP_ENDPOINT``, no ``tracing`` in a
-  BentoML config) the middleware is left out; with one, it stays as it is.
+  processor would export them (its cost: docs/design.md 8). Without one (no
+  ``TEXTBENTO_OTLP_ENDPOINT``, no ``tracing`` in a BentoML config) the middleware is left out; with
+  one, it stays as it is.
 
 Each refuses to start when the installed BentoML no longer has what it replaces
-(tests/test_bentoml_fixes.py pins both).
+(tests/test_bentoml_fixes.py pins each).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ class Request:
     """What a request's context holds (its span, its scope): only weakly referenced by the test."""
 
 
-async def answered(middleware: TimeoutMiddleware, requests: int, app_holds: list) -> list[int]:
+async def answered(middleware: TimeoutMiddleware, requests: int) -> list[int]:
     """``requests`` requests through ``middleware``, each answered; the statuses sent."""
     statuses = []
 
@@ -57,7 +57,7 @@ def test_a_request_answered_leaves_no_timer_and_is_released():
 
     async def run() -> tuple[list[int], int]:
         middleware = TimeoutMiddleware(app, timeout=600)
-        statuses = await answered(middleware, 50, held)
+        statuses = await answered(middleware, 50)
         loop = asyncio.get_running_loop()
         pending = [timer for timer in loop._scheduled if not timer.cancelled()]
         return statuses, len(pending)
@@ -75,7 +75,7 @@ def test_a_request_over_the_timeout_still_gets_504():
     async def slow(scope: dict, receive: typing.Any, send: typing.Any) -> None:
         await asyncio.sleep(5)
 
-    assert asyncio.run(answered(TimeoutMiddleware(slow, timeout=0.05), 1, [])) == [504]
+    assert asyncio.run(answered(TimeoutMiddleware(slow, timeout=0.05), 1)) == [504]
 
 
 @bentoml.service

@@ -1,7 +1,7 @@
 """Where the request path spends its CPU: milliseconds of CPU per request, per process and kind of work.
 
     python -m bench.studies.profile [--texts-per-request 1] [--concurrency 64] [--seconds 20]
-        → bench/results/profile-<texts>x-c<concurrency>.json (+ .txt, the shares as a table)
+        → bench/results/profile-<texts>x-c<concurrency>.json (+ .txt, ms of CPU per request by process and work)
 
 Serves the default model (``bench.ceiling.bench_tag``), drives requests of the given size at
 the given concurrency, and meanwhile records every process of the server with
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from bench import RESULTS, write_result
 from harness.load import closed_loop
-from harness.serving import cpu_seconds, role, serve
+from harness.serving import cpu_ms_per, cpu_seconds, role, serve
 from harness.texts import short_texts
 
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
@@ -116,18 +116,12 @@ def main() -> None:
         measured = asyncio.run(
             closed_loop(url, body, concurrency=args.concurrency, requests=10**6, deadline_s=args.seconds, texts_per_request=per_request)
         )
-        after, answered = cpu_seconds(server.process.pid), max(measured.statuses[200], 1)
-        cpu_ms = {part: round((after[part] - before.get(part, 0.0)) * 1000 / answered, 3) for part in after}
-        load: list = []
-        driver = threading.Thread(
-            target=lambda: load.append(
-                asyncio.run(
-                    closed_loop(
-                        url, body, concurrency=args.concurrency, requests=10**6, deadline_s=args.seconds + 4, texts_per_request=per_request
-                    )
-                )
-            )
+        cpu_ms = cpu_ms_per(before, cpu_seconds(server.process.pid), measured.statuses[200])
+        # Load while py-spy samples; its figures are the phase's above.
+        load = closed_loop(
+            url, body, concurrency=args.concurrency, requests=10**6, deadline_s=args.seconds + 4, texts_per_request=per_request
         )
+        driver = threading.Thread(target=asyncio.run, args=(load,))
         driver.start()
         subprocess.run(
             [
