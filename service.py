@@ -132,13 +132,13 @@ class Encoder:
 
     @bentoml.api
     def device(self) -> dict[str, Any]:
-        fidelity = self.backend.fidelity.as_dict() if self.backend.fidelity else None
         backend = self.backend
         return {
             "backend": backend.name,
             "device": backend.device,
             "precision": backend.precision,
-            "fidelity": fidelity,
+            "fidelity": backend.fidelity.as_dict() if backend.fidelity else None,
+            "trials": [trial.as_dict() for trial in backend.trials],
             "cpu": describe_cpu(),
         }
 

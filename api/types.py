@@ -124,6 +124,16 @@ class Fidelity(BaseModel):
     gates: dict[str, float]
 
 
+class Trial(BaseModel):
+    """A compute ``auto`` weighed for the model on this machine at start-up (``models.selfcheck``)."""
+
+    backend: str
+    precision: str
+    fidelity: Fidelity | None  # None: the fp32 graph, the reference
+    texts_per_s: float | None  # over the probe, batched and alone; None: missed the gates, not timed
+    served: bool
+
+
 class ModelCard(BaseModel):
     """The served model, in OpenAI's model-list shape plus what a client needs to use it."""
 
@@ -143,6 +153,7 @@ class ModelCard(BaseModel):
     device: str
     precision: str
     fidelity: Fidelity | None  # where ``auto`` checked its fast graph; a failed check serves fp32
+    trials: list[Trial] = []  # what ``auto`` weighed here, and which it chose (empty for a named backend)
     cpu: str
     source: str
 

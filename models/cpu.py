@@ -17,8 +17,9 @@ import platform
 from pathlib import Path
 
 # The flags that decide int8 kernels; recorded with every figure.
-CLASS_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")
+CLASS_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "avx512_bf16", "amx_bf16", "asimddp", "i8mm")
 INT32_ACCUMULATION = {"avx512_vnni", "avx_vnni", "amx_int8"}
+BF16_UNITS = {"avx512_bf16", "amx_bf16"}  # bf16 dot products in hardware: OpenVINO's bf16 is a candidate
 
 
 @functools.cache
@@ -46,6 +47,11 @@ def is_arm() -> bool:
 def signed_int8_is_exact() -> bool:
     """Whether ONNX Runtime's u8×s8 kernels accumulate in int32 here (VNNI, AMX, ARM64)."""
     return is_arm() or bool(INT32_ACCUMULATION & set(cpu()["flags"]))
+
+
+def has_bf16_units() -> bool:
+    """Whether the CPU multiplies bf16 in hardware (AVX-512 BF16, AMX); elsewhere bf16 is emulated, slower than fp32."""
+    return bool(BF16_UNITS & set(cpu()["flags"]))
 
 
 def describe() -> str:

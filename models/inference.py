@@ -13,7 +13,7 @@ import numpy as np
 from .batching import pad, plan_sub_batches
 
 if TYPE_CHECKING:  # selfcheck runs batches through here
-    from .selfcheck import Fidelity
+    from .selfcheck import Fidelity, Trial
 
 T = TypeVar("T")
 
@@ -29,6 +29,7 @@ class Backend(Protocol):
     device: str
     precision: str  # what the graph computes in, e.g. "fp32", "int8", "fp16"
     fidelity: Fidelity | None  # where ``auto`` checked it against fp32 (``models.selfcheck``)
+    trials: tuple[Trial, ...]  # where ``auto`` chose it: every compute it weighed here
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
 

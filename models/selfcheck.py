@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .batching import pad
 from .inference import Backend, run_batch
 from .spec import ModelSpec
 
@@ -73,6 +74,8 @@ MIN_COSINE = 0.99
 MEAN_COSINE = 0.998
 MAX_FLIPPED_MASS = 0.005
 PROBE_TOKEN_BUDGET = 2048
+ALONE = len(HARD_TEXTS)
+SPEED_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,34 @@ class Fidelity:
         if self.max_flipped_mass is not None:
             gates["max_flipped_mass"] = MAX_FLIPPED_MASS
         return {**asdict(self), "passed": self.passed, "gates": gates}
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One compute ``auto`` weighed on this machine: how close it came to fp32, and how fast it ran here."""
+
+    backend: str
+    precision: str
+    fidelity: Fidelity | None  # None: the fp32 graph, the reference itself
+    texts_per_s: float | None  # ``speed``; None: it missed the gates and was not timed
+    served: bool = False
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "fidelity": self.fidelity.as_dict() if self.fidelity else None}
+
+
+def speed(backend: Backend, spec: ModelSpec, token_ids: list[np.ndarray]) -> float:
+    """Texts per second here over the mix a server runs: the probe in length-sorted batches (full
+    batches under load), then its first ``ALONE`` texts one at a time (single texts when idle); the
+    best of ``SPEED_RUNS`` runs, each backend already warmed by its self-check."""
+    fastest = float("inf")
+    for _ in range(SPEED_RUNS):
+        started = time.perf_counter()
+        run_batch(backend, token_ids, spec.pad_id, PROBE_TOKEN_BUDGET)
+        for ids in token_ids[:ALONE]:
+            backend.forward(*pad([ids], spec.pad_id))
+        fastest = min(fastest, time.perf_counter() - started)
+    return round((len(token_ids) + ALONE) / fastest, 1)
 
 
 def agreement(candidate: np.ndarray, reference: np.ndarray, spec: ModelSpec) -> np.ndarray:

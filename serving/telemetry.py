@@ -132,6 +132,12 @@ class Telemetry:
                 ["model", "backend", "device", "precision"],
                 multiprocess_mode="livemax",
             ),
+            trial_speed=prom.Gauge(
+                "textbento_backend_trial_texts_per_s",
+                "what auto weighed at start-up: each compute's texts/s over the probe here (served: 1 for the one chosen)",
+                ["model", "backend", "precision", "served"],
+                multiprocess_mode="livemax",
+            ),
             fidelity=prom.Gauge(
                 "textbento_backend_fidelity",
                 "the served fast graph against fp32 on the start-up probe (cosines; sparse models: max flipped mass)",
@@ -219,6 +225,9 @@ class Telemetry:
             self.families.fidelity.labels(model, "mean_cosine").set(backend.fidelity.mean_cosine)
             if backend.fidelity.max_flipped_mass is not None:
                 self.families.fidelity.labels(model, "max_flipped_mass").set(backend.fidelity.max_flipped_mass)
+        for trial in backend.trials:
+            if trial.texts_per_s is not None:
+                self.families.trial_speed.labels(model, trial.backend, trial.precision, str(int(trial.served))).set(trial.texts_per_s)
 
     def passes(self, model: str, passes: set[Pass]) -> None:
         """An Encoder's forward passes (each once, however many texts of it went to how many calls)."""

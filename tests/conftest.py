@@ -82,13 +82,26 @@ async def lone_latencies(url: str, count: int, pause_s: float = 0.0) -> list[flo
     return latencies
 
 
-def auto_backend() -> tuple[str, str]:
-    """(backend, device) that ``auto`` must pick here: fp16 ONNX on a CUDA machine, per-token int8 on CPU."""
+def assert_chosen_by_auto(card: dict) -> None:
+    """The backend a model card names is what ``auto`` must serve here: fp16 ONNX on a CUDA machine; on a
+    CPU the default candidate that passed its self-check (per-token int8, else fp32), or another that
+    passed and ran at least ``MARGIN`` times its texts/s here, each trial on the card as measured."""
     import onnxruntime
     import torch
 
-    cuda = torch.cuda.is_available() and "CUDAExecutionProvider" in onnxruntime.get_available_providers()
-    return ("onnx", "cuda") if cuda else ("onnx-int8", "cpu")
+    from models.backends import MARGIN
+
+    if torch.cuda.is_available() and "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        assert (card["backend"], card["device"]) == ("onnx", "cuda")
+        return
+    trials = card["trials"]
+    (served,) = [trial for trial in trials if trial["served"]]
+    assert (card["backend"], card["precision"], card["device"]) == (served["backend"], served["precision"], "cpu")
+    weighed = [trial for trial in trials if trial["fidelity"] is None or trial["fidelity"]["passed"]]
+    assert served in weighed and all(trial["texts_per_s"] for trial in weighed)
+    default = weighed[1] if len(weighed) > 1 else weighed[0]  # [fp32, the candidates that passed...]
+    assert served == default or served["texts_per_s"] >= MARGIN * default["texts_per_s"], trials
+    assert max(trial["texts_per_s"] for trial in weighed) < MARGIN * served["texts_per_s"], trials
 
 
 def run_import(*args: str) -> subprocess.CompletedProcess:

@@ -36,6 +36,18 @@ def backend_outputs(tag: str, backend: str, texts: list[str]) -> np.ndarray:
     return np.stack(run_batch(load_backend(backend, stored.path, spec, threads=2), ids, spec.pad_id, token_budget=2048))
 
 
+def assert_served_as_in_process(served: np.ndarray, card: dict, texts: list[str]) -> None:
+    """The served rows equal the card's backend run here on the same texts: to 1e-5 where its
+    compute is batch invariant (fp32, per-token int8), to the invariance gate (cosine 0.99999)
+    where bf16 lets a row move with its batch mates (docs/design.md, 5c)."""
+    expected = backend_outputs(card["tag"], card["backend"], texts)
+    if card["precision"] != "bf16":
+        assert np.abs(served - expected).max() <= 1e-5
+        return
+    cosines = (served * expected).sum(1) / np.linalg.norm(served, axis=1) / np.linalg.norm(expected, axis=1)
+    assert cosines.min() >= 0.99999, cosines.min()
+
+
 @torch.inference_mode()
 def sentence_embeddings(model_dir: Path, texts: list[str], max_length: int) -> np.ndarray:
     """sentence-transformers' all-MiniLM-L6-v2 recipe: mean pooling over real tokens, then L2 norm."""

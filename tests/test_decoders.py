@@ -50,7 +50,7 @@ from models.spec import ModelSpec
 from models.store import import_model
 from models.tokenization import TextTokenizer
 from tests.conftest import served
-from tests.reference import backend_outputs
+from tests.reference import assert_served_as_in_process, backend_outputs
 from tests.test_onnx import HARD_TEXTS, cosines, varied_sentences
 
 # 2 to 64 tokens (max_length; nine are cut to it): inside and far past the sliding window (8) of Mistral and Gemma 3.
@@ -410,9 +410,9 @@ def test_a_decoder_embedder_served_for_real(embedder, logs):
     assert (card["prompts"], card["default_prompt_name"]) == (QWEN3_PROMPTS, "query")
     assert response.status_code == document.status_code == 200, (response.text, document.text)
     vectors = np.array([item["embedding"] for item in response.json()["data"]])
-    assert np.abs(vectors - backend_outputs(model.tag, card["backend"], prompted(model, texts))).max() <= 1e-5
+    assert_served_as_in_process(vectors, card, prompted(model, texts))
     unprompted = np.array([item["embedding"] for item in document.json()["data"]])
-    assert np.abs(unprompted - backend_outputs(model.tag, card["backend"], texts)).max() <= 1e-5
+    assert_served_as_in_process(unprompted, card, texts)
 
 
 def test_a_decoder_reranker_served_for_real(reranker, logs):

@@ -1,6 +1,6 @@
 """The served answers equal a direct computation on the same weights.
 
-The embeddings server runs the default backend, onnx-int8 on a CPU: its answers must equal the
+The embeddings server runs the default backend (``auto``'s choice here): its answers must equal the
 same backend run in process, and stay within the int8 accuracy gates of a direct transformers
 computation (tests/test_onnx.py holds those gates on 267 texts), and a text's vector must not
 depend on the texts it was batched with. The classifier server runs
@@ -15,7 +15,7 @@ import numpy as np
 import requests
 
 from models.store import default_model_dir
-from tests.reference import TEXTS, backend_outputs, class_probabilities, sentence_embeddings
+from tests.reference import TEXTS, assert_served_as_in_process, class_probabilities, sentence_embeddings
 
 
 def embed(url: str, texts: list[str] | str) -> np.ndarray:
@@ -24,9 +24,9 @@ def embed(url: str, texts: list[str] | str) -> np.ndarray:
     return np.array([item["embedding"] for item in response.json()["data"]])
 
 
-def test_embeddings_equal_the_backend_in_process(embed_url, embed_tag):
+def test_embeddings_equal_the_backend_in_process(embed_url):
     (card,) = requests.get(f"{embed_url}/v1/models", timeout=5).json()["data"]
-    assert np.allclose(embed(embed_url, TEXTS), backend_outputs(embed_tag, card["backend"], TEXTS), atol=1e-5)
+    assert_served_as_in_process(embed(embed_url, TEXTS), card, TEXTS)
 
 
 def test_embeddings_match_transformers_within_the_int8_gates(embed_url):

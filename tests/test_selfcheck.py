@@ -19,8 +19,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+import models.backends
 from models import cpu
-from models.backends import load_backend, onnx_backend
+from models.backends import chosen, load_backend, onnx_backend, self_checked
 from models.onnx_layout import INT8, onnx_dir
 from models.selfcheck import MAX_FLIPPED_MASS, MEAN_COSINE, MIN_COSINE, Fidelity, agreement, self_check
 from models.spec import ModelSpec
@@ -45,16 +46,18 @@ def damage(graph: Path, matmuls: int = 3) -> None:
     onnx.save(model, str(graph))
 
 
-def test_auto_serves_int8_when_it_passes_here(embed_tag: str):
-    backend = load_backend("auto", bentoml.models.get(embed_tag).path, ModelSpec.of(bentoml.models.get(embed_tag)), 2)
-    assert (backend.name, backend.fidelity.passed) == ("onnx-int8", True), backend.fidelity
-    assert backend.fidelity.min_cosine >= MIN_COSINE and backend.fidelity.mean_cosine >= MEAN_COSINE
-    assert backend.precision == (onnx_backend.SIGNED if cpu.signed_int8_is_exact() else onnx_backend.UNSIGNED)
+def test_the_int8_graph_passes_the_check_here(embed_tag: str):
+    stored = bentoml.models.get(embed_tag)
+    _, (int8, *_), _ = self_checked(stored.path, ModelSpec.of(stored), 2)
+    assert (int8.name, int8.fidelity.passed) == ("onnx-int8", True), int8.fidelity
+    assert int8.fidelity.min_cosine >= MIN_COSINE and int8.fidelity.mean_cosine >= MEAN_COSINE
+    assert int8.precision == (onnx_backend.SIGNED if cpu.signed_int8_is_exact() else onnx_backend.UNSIGNED)
 
 
-def test_a_damaged_int8_graph_is_caught_and_fp32_served(embed_tag: str, tmp_path: Path, caplog):
+def test_a_damaged_int8_graph_is_caught_and_never_served(embed_tag: str, tmp_path: Path, caplog, monkeypatch):
     directory, spec = model_copy(embed_tag, tmp_path / "damaged")
     damage(onnx_dir(directory) / INT8)
+    monkeypatch.setattr(models.backends, "has_bf16_units", lambda: False)  # the int8 graph the only candidate
     with caplog.at_level(logging.WARNING, logger="textbento"):
         backend = load_backend("auto", directory, spec, 2)
     assert (backend.name, backend.precision, backend.fidelity.passed) == ("onnx", "fp32", False), backend.fidelity
@@ -66,11 +69,42 @@ def test_a_damaged_int8_graph_is_caught_and_fp32_served(embed_tag: str, tmp_path
     assert load_backend("onnx-int8", directory, spec, 2).fidelity is None
 
 
+class Timed:
+    """A candidate for ``chosen``: its name, whether it passed the check, and how fast it runs."""
+
+    def __init__(self, name: str, passed: bool, texts_per_s: float) -> None:
+        self.name, self.precision, self.device, self.texts_per_s, self.trials = name, name, "cpu", texts_per_s, ()
+        self.fidelity = Fidelity(1.0 if passed else 0.5, 1.0 if passed else 0.5, 32, 0.0)
+
+
+@pytest.mark.parametrize(
+    "fp32, int8, bf16, served",
+    [
+        (300, 600, 650, "int8"),  # the default, unless another runs MARGIN times its texts/s
+        (300, 600, 800, "bf16"),
+        (300, 0, 800, "bf16"),  # int8 missed the gates: the next that passed is the default
+        (800, 600, 100, "fp32"),  # a tiny model: quantizing costs more than it saves
+        (300, 0, 0, "fp32"),  # nothing passed
+        (300, 600, 10_000, "int8"),  # the fastest missed the gates: never served
+    ],
+)
+def test_auto_serves_the_fastest_that_passed_with_a_margin_for_the_default(fp32, int8, bf16, served, monkeypatch):
+    """``0`` texts/s: missed the gates (bf16 10,000: a fast candidate that missed them)."""
+    monkeypatch.setattr(models.backends, "speed", lambda backend, spec, probe: backend.texts_per_s)
+    reference = Timed("fp32", True, fp32)
+    candidates = [Timed("int8", bool(int8), int8), Timed("bf16", bf16 not in (0, 10_000), bf16)]
+    backend = chosen(reference, candidates, ModelSpec(task="embed", max_length=16), [])
+    assert backend.name == served
+    trials = {trial.backend: trial for trial in backend.trials}
+    assert [trial.served for trial in backend.trials] == [name == served for name in ("fp32", "int8", "bf16")]
+    assert trials["fp32"].fidelity is None and all(
+        trials[name].texts_per_s is None for name in trials if trials[name].fidelity and not trials[name].fidelity.passed
+    )
+
+
 def test_when_the_flags_promise_exact_u8s8_kernels_but_the_check_fails_uint8_weights_are_tried(embed_tag: str, monkeypatch):
     """What qemu showed (bench/results/cpu-classes.json): /proc/cpuinfo said VNNI, cpuid said AVX2,
     the u8×s8 kernels saturated (min cosine 0.873); here the u8×s8 check is made to fail."""
-    import models.backends
-
     check = models.backends.self_check
 
     def saturating(candidate, *args):
@@ -80,8 +114,8 @@ def test_when_the_flags_promise_exact_u8s8_kernels_but_the_check_fails_uint8_wei
     monkeypatch.setattr(onnx_backend, "signed_int8_is_exact", lambda: True)
     monkeypatch.setattr(models.backends, "self_check", saturating)
     stored = bentoml.models.get(embed_tag)
-    backend = load_backend("auto", stored.path, ModelSpec.of(stored), 2)
-    assert (backend.name, backend.precision, backend.fidelity.passed) == ("onnx-int8", onnx_backend.UNSIGNED, True)
+    _, (int8, *_), _ = self_checked(stored.path, ModelSpec.of(stored), 2)
+    assert (int8.name, int8.precision, int8.fidelity.passed) == ("onnx-int8", onnx_backend.UNSIGNED, True)
 
 
 def test_unsigned_weights_compute_the_same_int8_arithmetic(embed_tag: str, monkeypatch):

@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from harness.load import batch_histogram, closed_loop
-from tests.conftest import auto_backend, check_timing_headers
+from tests.conftest import assert_chosen_by_auto, check_timing_headers
 from tests.reference import class_probabilities
 
 
@@ -29,7 +29,7 @@ def test_models_describes_the_served_model(embed_url, embed_tag):
     (card,) = requests.get(f"{embed_url}/v1/models", timeout=5).json()["data"]
     assert card["id"] == "minilm" and card["tag"] == embed_tag and card["object"] == "model"
     assert (card["task"], card["dimensions"], card["max_length"]) == ("embed", 384, 256)
-    assert (card["backend"], card["device"]) == auto_backend()
+    assert_chosen_by_auto(card)
 
 
 def test_embeddings_one_and_many_with_usage(embed_url):

@@ -2,9 +2,10 @@
 
 ``torch`` runs the transformers model; ``onnx`` and ``onnx-int8`` run the graphs that
 ``models.export`` wrote into the stored model (fp32, or fp16 on CUDA, and per-token dynamic
-int8 on CPU). Every backend runs a padded batch as one forward pass.
-``auto`` picks the fastest of them that passes the accuracy gates of ``tests/test_onnx.py`` on
-the device at hand: measured there, at start-up (``models.selfcheck``).
+int8 on CPU) in ONNX Runtime, ``openvino`` the fp32 graph in OpenVINO (bf16 where the CPU has
+bf16 units). Every backend runs a padded batch as one forward pass.
+``auto`` serves the fastest of them that passes the accuracy gates of ``tests/test_onnx.py`` on
+the device at hand: both measured there, at start-up (``models.selfcheck``).
 """
 
 from __future__ import annotations
@@ -13,26 +14,26 @@ import importlib.util
 import logging
 from pathlib import Path
 
-from ..cpu import describe
+from ..cpu import describe, has_bf16_units
 from ..inference import Backend
 from ..onnx_layout import has_onnx
-from ..selfcheck import PROBE_TEXTS, self_check
+from ..selfcheck import PROBE_TEXTS, Trial, self_check, speed
 from ..spec import ModelSpec
 from ..tokenization import TextTokenizer
 
 logger = logging.getLogger("textbento")
 
 
-BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
+BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino")
+MARGIN = 1.2  # how much faster than the default another compute must run here to be served (``chosen``)
 
 
 def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int) -> Backend:
     """The backend called ``name`` with the model in ``model_dir`` loaded and ready.
 
-    ``auto``: the fast graph of the device (fp16 on CUDA; per-token int8 on CPU, which runs the
-    most sentences/s on every CPU class measured, docs/design.md 5b), served only if it passes the
-    self-check against the fp32 graph here; otherwise fp32, with one warning. A model stored
-    without ONNX graphs gets torch (fp16 on CUDA) rather than a failure.
+    ``auto``: the fastest compute of the device that passes the self-check against the fp32 graph
+    here (``checked``), fp32 with one warning where none does. A model stored without ONNX graphs
+    gets torch (fp16 on CUDA) rather than a failure.
     """
     if name == "auto":
         if not has_onnx(model_dir):
@@ -51,15 +52,37 @@ def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int
 
         # The int8 graph has CPU kernels only: asking for it means the CPU even where a GPU is.
         return OnnxBackend(model_dir, spec, threads, cpu_graph="int8" if name == "onnx-int8" else "fp32", cuda=name == "onnx")
+    if name == "openvino":
+        from .openvino_backend import OpenVinoBackend
+
+        return OpenVinoBackend(model_dir, spec, threads)
     raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")
 
 
 def checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> Backend:
-    """The device's fast ONNX graph if it passes the self-check against fp32 here, else fp32.
+    """The device's fastest compute that passes the self-check against the fp32 graph here: on CUDA
+    the fp16 graph if it passes, else fp32; on a CPU ``chosen`` of ``self_checked``'s candidates."""
+    reference, candidates, probe = self_checked(model_dir, spec, threads)
+    fast = candidates[0]
+    if fast.device != "cuda":
+        return chosen(reference, candidates, spec, probe)
+    if fast.fidelity.passed:
+        return fast
+    from .onnx_backend import OnnxBackend
 
-    On a CPU the int8 graph's kernels are picked from the CPU's flags (``models.cpu``); where they
-    say u8×s8 is exact but the check disagrees (flags and ``cpuid`` can differ: qemu, some
-    hypervisors), the u8×u8 kernels, exact on every x86 class, are checked next.
+    reference = OnnxBackend(model_dir, spec, threads, cpu_graph="fp32", cuda_graph="fp32")  # not run on a GPU yet
+    reference.fidelity = fast.fidelity
+    return reference
+
+
+def self_checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> tuple[Backend, list[Backend], list]:
+    """The fp32 CPU graph, the fast candidates each with its ``fidelity`` to it here, and the probe's ids.
+
+    The candidates: the fp16 graph where CUDA is usable (then alone); on a CPU the per-token int8
+    graph, its kernels picked from the CPU's flags (``models.cpu``; where they say u8×s8 is exact but
+    the check disagrees, as flags and ``cpuid`` can under qemu or some hypervisors, the u8×u8
+    kernels, exact on every x86 class, are checked next), and OpenVINO's bf16 where it is installed
+    and the CPU has bf16 units. Each that misses the gates is named in one warning.
     """
     from .onnx_backend import SIGNED, OnnxBackend  # here: onnxruntime is loaded only where a graph is served
 
@@ -67,17 +90,47 @@ def checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> Backend:
     probe = [encoded.ids for encoded in TextTokenizer(model_dir, spec.max_length).encode(PROBE_TEXTS)]
     fast = OnnxBackend(model_dir, spec, threads, cpu_graph="int8")
     fast.fidelity = self_check(fast, reference, spec, probe)
-    if not fast.fidelity.passed and fast.precision == SIGNED:
-        missed(fast, "trying uint8 weights (u8×u8 kernels)")
-        fast = OnnxBackend(model_dir, spec, threads, cpu_graph="int8", unsigned=True)
-        fast.fidelity = self_check(fast, reference, spec, probe)
-    if fast.fidelity.passed:
-        return fast
-    missed(fast, "serving fp32 ONNX instead")
-    if fast.device == "cuda":  # fp32 on the GPU rather than the CPU reference (not run on a GPU yet)
-        reference = OnnxBackend(model_dir, spec, threads, cpu_graph="fp32", cuda_graph="fp32")
-    reference.fidelity = fast.fidelity
-    return reference
+    candidates = [fast]
+    if fast.device == "cpu":
+        if not fast.fidelity.passed and fast.precision == SIGNED:
+            missed(fast, "trying uint8 weights (u8×u8 kernels)")
+            fast = candidates[0] = OnnxBackend(model_dir, spec, threads, cpu_graph="int8", unsigned=True)
+            fast.fidelity = self_check(fast, reference, spec, probe)
+        if has_bf16_units() and importlib.util.find_spec("openvino") is not None:
+            from .openvino_backend import OpenVinoBackend
+
+            candidates.append(OpenVinoBackend(model_dir, spec, threads))
+            candidates[-1].fidelity = self_check(candidates[-1], reference, spec, probe)
+    fallback = "not a candidate" if any(candidate.fidelity.passed for candidate in candidates) else "serving fp32 ONNX instead"
+    for candidate in candidates:
+        if not candidate.fidelity.passed:
+            missed(candidate, fallback)
+    return reference, candidates, probe
+
+
+def chosen(reference: Backend, candidates: list[Backend], spec: ModelSpec, probe: list) -> Backend:
+    """Of fp32 and the candidates that passed their self-check, the one served, with every trial.
+
+    The default is the first candidate that passed (per-token int8: the fastest on every CPU class
+    measured, docs/design.md 5b), else fp32. Another replaces it only when it runs ``MARGIN`` times
+    its texts/s here: timings on a busy machine move by tens of percent, and a server should not
+    change what it computes from one start to the next for less.
+    """
+    passed = [candidate for candidate in candidates if candidate.fidelity.passed]
+    speeds = {backend: speed(backend, spec, probe) for backend in [reference, *passed]}
+    served = passed[0] if passed else reference
+    fastest = max(speeds, key=speeds.get)
+    if speeds[fastest] >= MARGIN * speeds[served]:
+        served = fastest
+    if not passed:  # /v1/models shows why fp32 is served: the check that missed
+        reference.fidelity = candidates[-1].fidelity
+    served.trials = tuple(
+        Trial(backend.name, backend.precision, None if backend is reference else backend.fidelity, speeds.get(backend), backend is served)
+        for backend in [reference, *candidates]
+    )
+    if served is reference and passed:
+        logger.info("fp32 runs %.1fx the texts/s of %s here: serving fp32", speeds[reference] / speeds[passed[0]], passed[0].precision)
+    return served
 
 
 def missed(backend: Backend, then: str) -> None:

@@ -15,7 +15,7 @@ import onnxruntime as ort
 from ..batching import split_segments
 from ..cpu import signed_int8_is_exact
 from ..onnx_layout import FP16, FP32, INT8, TOKEN_TYPES, external_data, has_onnx, onnx_dir
-from ..postprocess import load_dense, sentence_embeddings
+from ..postprocess import DenseLayer, load_dense, sentence_embeddings
 from ..spec import ModelSpec
 
 SIGNED, UNSIGNED = "int8 (u8×s8)", "int8 (u8×u8)"  # the int8 graph's precision, by the kernels it runs on
@@ -80,6 +80,8 @@ class OnnxBackend:
     a time on 2 cores (bench/results/ceiling.json; docs/design.md, 5).
     """
 
+    trials = ()
+
     def __init__(
         self,
         model_dir: str | Path,
@@ -114,14 +116,22 @@ class OnnxBackend:
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Logits, or pooled sentence embeddings, of one padded batch."""
-        input_ids, token_type_ids = split_segments(input_ids)
-        feed = {
-            "input_ids": input_ids.astype(np.int64, copy=False),
-            "attention_mask": attention_mask.astype(np.int64, copy=False),
-        }
-        if self.spec.token_types:
-            feed[TOKEN_TYPES] = token_type_ids.astype(np.int64, copy=False)
-        output = self.session.run(None, feed)[0]
-        if self.spec.task != "embed":  # logits, or SPLADE weights pooled in the graph
-            return output
-        return sentence_embeddings(output, attention_mask, self.spec.pooling, self.spec.normalize, self.dense)
+        output = self.session.run(None, graph_inputs(self.spec, input_ids, attention_mask))[0]
+        return graph_answer(self.spec, output, attention_mask, self.dense)
+
+
+def graph_inputs(spec: ModelSpec, input_ids: np.ndarray, attention_mask: np.ndarray) -> dict[str, np.ndarray]:
+    """What a stored graph takes for one padded batch, by input name (``models.onnx_layout``)."""
+    input_ids, token_type_ids = split_segments(input_ids)
+    inputs = {"input_ids": input_ids.astype(np.int64, copy=False), "attention_mask": attention_mask.astype(np.int64, copy=False)}
+    if spec.token_types:
+        inputs[TOKEN_TYPES] = token_type_ids.astype(np.int64, copy=False)
+    return inputs
+
+
+def graph_answer(spec: ModelSpec, output: np.ndarray, attention_mask: np.ndarray, dense: list[DenseLayer]) -> np.ndarray:
+    """A stored graph's first output as the backend answers: logits and SPLADE weights (pooled in the
+    graph) as they are, an embedder's token states pooled into sentence embeddings."""
+    if spec.task != "embed":
+        return output
+    return sentence_embeddings(output, attention_mask, spec.pooling, spec.normalize, dense)

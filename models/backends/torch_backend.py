@@ -18,6 +18,7 @@ class TorchBackend:
 
     name = "torch"
     fidelity = None
+    trials = ()
 
     def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int) -> None:
         self.spec = spec

@@ -1,0 +1,48 @@
+"""OpenVINO backend: the stored fp32 ONNX graph compiled for the CPU, computing in bf16 where the CPU
+multiplies bf16 in hardware (AMX, AVX-512 BF16; ``models.cpu``), in fp32 elsewhere.
+
+No new file in the store: OpenVINO reads the graph ``models.export`` wrote, as it is, so every model
+stored with ONNX graphs can be served this way. ``auto`` weighs it against the ONNX Runtime graphs
+on the machine at hand (docs/design.md, 5c). OpenVINO is not in the CPU image's requirements: only
+installed, ``pip install openvino``, does it become a candidate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import openvino
+
+from ..cpu import has_bf16_units
+from ..onnx_layout import FP32, onnx_dir
+from ..postprocess import load_dense
+from ..spec import ModelSpec
+from .onnx_backend import graph_answer, graph_inputs
+
+
+class OpenVinoBackend:
+    """A stored model's fp32 ONNX graph compiled by OpenVINO's CPU plugin, loaded once per runner process."""
+
+    name = "openvino"
+    device = "cpu"
+    trials = ()
+
+    def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int) -> None:
+        self.spec = spec
+        self.dense = load_dense(model_dir, spec.dense)
+        self.precision = "bf16" if has_bf16_units() else "fp32"
+        self.fidelity = None  # set by ``auto``'s self-check (models.selfcheck)
+        hints = {
+            "INFERENCE_PRECISION_HINT": {"bf16": "bf16", "fp32": "f32"}[self.precision],
+            "INFERENCE_NUM_THREADS": threads,
+            "PERFORMANCE_HINT": "LATENCY",  # one stream: one forward pass at a time, as the inference thread runs them
+        }
+        compiled = openvino.Core().compile_model(str(onnx_dir(model_dir) / FP32), "CPU", hints)
+        self.request = compiled.create_infer_request()
+        self.output = compiled.outputs[0]
+
+    def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """Logits, or pooled sentence embeddings, of one padded batch."""
+        output = self.request.infer(graph_inputs(self.spec, input_ids, attention_mask))[self.output]
+        return graph_answer(self.spec, output, attention_mask, self.dense)
