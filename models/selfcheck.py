@@ -74,7 +74,7 @@ MIN_COSINE = 0.99
 MEAN_COSINE = 0.998
 MAX_FLIPPED_MASS = 0.005
 PROBE_TOKEN_BUDGET = 2048
-ALONE = len(HARD_TEXTS)
+ALONE = 4
 SPEED_RUNS = 3
 
 
@@ -114,18 +114,20 @@ class Trial:
         return {**asdict(self), "fidelity": self.fidelity.as_dict() if self.fidelity else None}
 
 
-def speed(backend: Backend, spec: ModelSpec, token_ids: list[np.ndarray]) -> float:
-    """Texts per second here over the mix a server runs: the probe in length-sorted batches (full
-    batches under load), then its first ``ALONE`` texts one at a time (single texts when idle); the
-    best of ``SPEED_RUNS`` runs, each backend already warmed by its self-check."""
-    fastest = float("inf")
+def speeds(backends: list[Backend], spec: ModelSpec, token_ids: list[np.ndarray]) -> list[float]:
+    """Each backend's texts per second here over the mix a server runs: the probe in length-sorted
+    batches (full batches under load), then its first ``ALONE`` texts one at a time (single texts
+    when idle). The best of ``SPEED_RUNS`` rounds that take the backends in turn, so that a burst of
+    other work on the machine (its API workers starting) slows every backend's round, not one."""
+    fastest = [float("inf")] * len(backends)
     for _ in range(SPEED_RUNS):
-        started = time.perf_counter()
-        run_batch(backend, token_ids, spec.pad_id, PROBE_TOKEN_BUDGET)
-        for ids in token_ids[:ALONE]:
-            backend.forward(*pad([ids], spec.pad_id))
-        fastest = min(fastest, time.perf_counter() - started)
-    return round((len(token_ids) + ALONE) / fastest, 1)
+        for index, backend in enumerate(backends):
+            started = time.perf_counter()
+            run_batch(backend, token_ids, spec.pad_id, PROBE_TOKEN_BUDGET)
+            for ids in token_ids[:ALONE]:
+                backend.forward(*pad([ids], spec.pad_id))
+            fastest[index] = min(fastest[index], time.perf_counter() - started)
+    return [round((len(token_ids) + ALONE) / seconds, 1) for seconds in fastest]
 
 
 def agreement(candidate: np.ndarray, reference: np.ndarray, spec: ModelSpec) -> np.ndarray:

@@ -90,7 +90,7 @@ class Timed:
 )
 def test_auto_serves_the_fastest_that_passed_with_a_margin_for_the_default(fp32, int8, bf16, served, monkeypatch):
     """``0`` texts/s: missed the gates (bf16 10,000: a fast candidate that missed them)."""
-    monkeypatch.setattr(models.backends, "speed", lambda backend, spec, probe: backend.texts_per_s)
+    monkeypatch.setattr(models.backends, "texts_per_s", lambda backends, spec, probe: [backend.texts_per_s for backend in backends])
     reference = Timed("fp32", True, fp32)
     candidates = [Timed("int8", bool(int8), int8), Timed("bf16", bf16 not in (0, 10_000), bf16)]
     backend = chosen(reference, candidates, ModelSpec(task="embed", max_length=16), [])

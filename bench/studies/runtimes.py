@@ -1,6 +1,5 @@
 """CPU runtimes for a stored embedder on this machine: fidelity to fp32, batch invariance and speed.
 
-    pip install openvino==2026.4.1          # not a dependency: this study weighs it
     python -m bench.studies.runtimes [TAG]   # → bench/results/runtimes.json
 
 Candidates: ONNX Runtime fp32 and the served per-token int8 graph; OpenVINO compiling the stored
@@ -9,6 +8,7 @@ units where the CPU has them, emulated otherwise). Each is held to ONNX Runtime 
 texts, each text alone (min and mean cosine); invariance is a text alone against the same text in
 a batch of 31 random mates on the same runtime (min cosine); speed is texts/s in process with
 2 threads, each text alone and in length-sorted batches of 32, median of 3 interleaved rounds.
+Then what ``auto`` chose among them here (``models.backends.chosen``) and what the choice cost.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 
 from bench import write_result
 from harness.texts import short_texts
+from models.backends import load_backend
 from models.backends.onnx_backend import OnnxBackend
 from models.batching import split_segments
 from models.inference import pad
@@ -103,7 +104,30 @@ def main(tag: str) -> None:
     for name, modes in speeds.items():
         report[name].update({f"{mode}_texts_per_s": round(statistics.median(values)) for mode, values in modes.items()})
     print("\n".join(f"{name}: {figures}" for name, figures in report.items()))
-    write_result("runtimes.json", {"model": tag, "threads": THREADS, "openvino": openvino.__version__, "candidates": report})
+    write_result(
+        "runtimes.json",
+        {"model": tag, "threads": THREADS, "openvino": openvino.__version__, "candidates": report, "auto": auto_choice(directory, spec)},
+    )
+
+
+def auto_choice(directory: str, spec: ModelSpec) -> dict:
+    """What ``auto`` serves here, every trial it weighed, and what the choice costs at start-up: its
+    load against loading the int8 graph alone (median of 3 each, interleaved)."""
+    timings: dict[str, list[float]] = {"auto": [], "onnx-int8": []}
+    loaded = {}
+    for _ in range(3):
+        for name in timings:
+            started = time.perf_counter()
+            loaded[name] = load_backend(name, directory, spec, THREADS)
+            timings[name].append(time.perf_counter() - started)
+    served = loaded["auto"]
+    seconds = {name: round(statistics.median(values), 2) for name, values in timings.items()}
+    return {
+        "served": f"{served.name} {served.precision}",
+        "trials": [trial.as_dict() for trial in served.trials],
+        "load_s": seconds,
+        "choice_cost_s": round(seconds["auto"] - seconds["onnx-int8"], 2),
+    }
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from pathlib import Path
 from ..cpu import describe, has_bf16_units
 from ..inference import Backend
 from ..onnx_layout import has_onnx
-from ..selfcheck import PROBE_TEXTS, Trial, self_check, speed
+from ..selfcheck import PROBE_TEXTS, Trial, self_check
+from ..selfcheck import speeds as texts_per_s
 from ..spec import ModelSpec
 from ..tokenization import TextTokenizer
 
@@ -25,7 +26,7 @@ logger = logging.getLogger("textbento")
 
 
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino")
-MARGIN = 1.2  # how much faster than the default another compute must run here to be served (``chosen``)
+MARGIN = 1.3  # how much faster than the default another compute must run here to be served (``chosen``)
 
 
 def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int) -> Backend:
@@ -117,7 +118,8 @@ def chosen(reference: Backend, candidates: list[Backend], spec: ModelSpec, probe
     change what it computes from one start to the next for less.
     """
     passed = [candidate for candidate in candidates if candidate.fidelity.passed]
-    speeds = {backend: speed(backend, spec, probe) for backend in [reference, *passed]}
+    weighed = [reference, *passed]
+    speeds = dict(zip(weighed, texts_per_s(weighed, spec, probe)))
     served = passed[0] if passed else reference
     fastest = max(speeds, key=speeds.get)
     if speeds[fastest] >= MARGIN * speeds[served]:
