@@ -14,13 +14,14 @@ then resolves to it and the old version stays as it was.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import logging
 import shutil
 from pathlib import Path
 from typing import Any
 
 import bentoml
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast
 
 from .detection import UnsupportedModel, detect_spec, detect_task, is_decoder, read_sentence_transformers
 from .heads import model_class
@@ -35,7 +36,19 @@ DEFAULT_NAME = "text-model"
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "*_Pooling/*", "*_Dense/*", "*_Normalize/*", "*_SpladePooling/*"]
 LIBRARIES = ("transformers", "tokenizers", "torch", "bentoml")
 ONNX_LIBRARIES = ("onnxruntime", "onnx", "onnxscript")
+GENERIC_FAST_TOKENIZER = "TokenizersBackend"  # transformers 5's name for a tokenizer.json without a class of its own
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    """The model's tokenizer, as transformers loads it; one saved by transformers 5 as its generic
+    fast tokenizer too (``TokenizersBackend``: ``tokenizer.json`` and the special tokens of
+    ``tokenizer_config.json``, which is what ``PreTrainedTokenizerFast`` loads here). Stored, it is
+    saved as ``PreTrainedTokenizerFast``, which transformers 4 and 5 both load."""
+    config = model_dir / "tokenizer_config.json"
+    if config.is_file() and json.loads(config.read_text()).get("tokenizer_class") == GENERIC_FAST_TOKENIZER:
+        return PreTrainedTokenizerFast.from_pretrained(str(model_dir))
+    return AutoTokenizer.from_pretrained(str(model_dir))
 
 
 def download(model_id: str, revision: str | None = None) -> Path:
@@ -97,7 +110,7 @@ def import_model(
     if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
         raise UnsupportedModel(f"{model_dir} has no usable tokenizer: none of {', '.join(TOKENIZER_FILES)}")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        tokenizer = load_tokenizer(model_dir)
     except (OSError, ValueError, TypeError, ImportError) as error:
         raise UnsupportedModel(f"{model_dir} has no usable tokenizer: {error}") from None
     if not getattr(tokenizer, "is_fast", False):

@@ -14,8 +14,10 @@ refused; an embedder and a reranker are served for real.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import random
+import shutil
 from pathlib import Path
 from typing import NamedTuple
 
@@ -47,7 +49,7 @@ from models.batching import pad, split_segments
 from models.detection import UnsupportedModel
 from models.onnx_layout import FP16, FP32, INT8, has_onnx, onnx_dir
 from models.spec import ModelSpec
-from models.store import import_model
+from models.store import import_model, load_tokenizer
 from models.tokenization import TextTokenizer
 from tests.conftest import served
 from tests.reference import assert_served_as_in_process, backend_outputs
@@ -113,6 +115,28 @@ def build(directory: Path, tokenizer_dir: Path, architecture: str, model_class=A
     config_class, shape = ARCHITECTURES[architecture]
     vocab_size = len(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
     return build_decoder(directory, tokenizer_dir, config_class(vocab_size=vocab_size, **SMALL, **shape, **config), model_class)
+
+
+TRANSFORMERS_5_TOKENIZER = Path(__file__).parent / "fixtures" / "transformers_5_tokenizer"
+
+
+def test_a_tokenizer_saved_by_transformers_5_is_imported_with_the_ids_it_gives(tokenizer_dir: Path, tmp_path: Path):
+    """transformers 5 saves a tokenizer with no class of its own as ``TokenizersBackend``, which
+    transformers 4 does not have (``fixtures/transformers_5_tokenizer/make.py``): imported, it keeps
+    the ids transformers 5 gave, and is stored in a form transformers 4 and 5 both load."""
+    directory = build(tmp_path / "qwen3", tokenizer_dir, "qwen3")
+    for stale in ("vocab.json", "merges.txt", "special_tokens_map.json", "added_tokens.json"):
+        (directory / stale).unlink(missing_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TRANSFORMERS_5_TOKENIZER / name, directory / name)
+    expected = json.loads((TRANSFORMERS_5_TOKENIZER / "expected.json").read_text())
+    assert expected["class"] == "TokenizersBackend"
+    stored = bentoml.models.get(import_model(directory, name="transformers5-tokenizer", onnx=False))
+    spec = ModelSpec.of(stored)
+    encoded = TextTokenizer(stored.path, spec.max_length).encode(list(expected["ids"]))
+    assert {text: e.ids.tolist() for text, e in zip(expected["ids"], encoded)} == expected["ids"]
+    assert spec.pad_id == 0  # its EOS, the pad token of its config
+    assert AutoTokenizer.from_pretrained(stored.path)("ok").input_ids == load_tokenizer(directory)("ok").input_ids == expected["ids"]["ok"]
 
 
 def dense_modules(kind: str) -> list:

@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, get_linear_schedule_with_warmup
+from transformers import AutoModelForSequenceClassification, get_linear_schedule_with_warmup
 
+from models.store import load_tokenizer
 from train_import.cli import report
 from train_import.data import check_labels, read_rows, stratified_split
 from train_import.training import (
@@ -82,7 +83,7 @@ def fine_tune(args: argparse.Namespace, base_dir: Path, data) -> tuple[object, o
     """The best epoch's model, its tokenizer, and the run's history."""
     texts, labels, eval_texts, eval_labels, label_set = data
     seed_everything(args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(str(base_dir))
+    tokenizer = load_tokenizer(base_dir)
     model = AutoModelForSequenceClassification.from_pretrained(
         str(base_dir),
         num_labels=len(label_set),
