@@ -47,10 +47,11 @@ def import_default(tree: Path, name: str) -> str:
     return subprocess.run(command, cwd=tree, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def measure(tree: Path, tag: str, seconds: float, points: list[tuple[int, int]]) -> dict[str, dict]:
+def measure(tree: Path, tag: str, seconds: float, points: list[tuple[int, int]], settings: dict | None = None) -> dict[str, dict]:
+    """Each point's closed-loop figures against ``tree`` serving ``tag`` (with ``settings``, TEXTBENTO_* variables)."""
     texts = short_texts(2048)
     rows = {}
-    with serve(env={"TEXTBENTO_MODEL": tag}, cwd=tree) as server:
+    with serve(env={"TEXTBENTO_MODEL": tag, **(settings or {})}, cwd=tree) as server:
         for per_request, concurrency in points:
             body = lambda i, k=per_request: {"input": [texts[(i * k + j) % len(texts)] for j in range(k)]}
             url = server.url + "/v1/embeddings"
