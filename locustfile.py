@@ -163,6 +163,17 @@ class TextBentoClient(FastHttpUser):
         body = {"input": texts, "model": model["id"], "encoding_format": random.choice(["float", "base64"])}
         self.post("/v1/embeddings", body, check=lambda answer: len(answer["data"]) == len(texts))
 
+    @tag("embeddings")
+    @served("embed")
+    @task(4)
+    def cohere_embed(self) -> None:
+        """Cohere's v2 shape: the same vectors as floats and as packed sign bits."""
+        model = self.model("embed")
+        texts = [self.text() for _ in range(random.randint(2, 16))]
+        body = {"texts": texts, "model": model["id"], "input_type": "search_document", "embedding_types": ["float", "ubinary"]}
+        check = lambda answer: len(answer["embeddings"]["float"]) == len(answer["embeddings"]["ubinary"]) == len(texts)
+        self.post("/v2/embed", body, check=check)
+
     @tag("sparse")
     @served("sparse")  # SPLADE
     @task(10)

@@ -25,7 +25,7 @@ import numpy as np
 from fastapi import FastAPI
 from starlette.responses import Response
 
-from api import tei_routes
+from api import cohere_routes, tei_routes
 from api.catalog import Catalog, ServedModel
 from api.errors import ERROR_RESPONSES, TEI_ROUTES, install_error_handlers
 from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CancelWhenGone, CountAnswers, JsonBodyOnly
@@ -182,6 +182,7 @@ app.add_middleware(JsonBodyOnly)
 app.add_middleware(CountAnswers, routes=lambda: app.openapi()["paths"])  # the declared routes
 app.add_middleware(CancelWhenGone)
 app.include_router(tei_routes.router)  # text-embeddings-inference's API, over the pipeline below
+app.include_router(cohere_routes.router)  # Cohere's v2 embed, likewise
 
 
 @bentoml.service(
@@ -285,7 +286,7 @@ class TextBento(Pipeline):
 
 if keys := settings.keys():
     # Every route that runs a model; the probes stay open, and /metrics unless told otherwise.
-    prefixes = ("/v1/", "/api/") if settings.metrics_public else ("/v1/", "/api/", "/metrics")
+    prefixes = ("/v1/", "/v2/", "/api/") if settings.metrics_public else ("/v1/", "/v2/", "/api/", "/metrics")
     TextBento.add_asgi_middleware(BearerAuth, keys=keys, prefixes=prefixes, paths=TEI_ROUTES)
 
 

@@ -1,10 +1,12 @@
-"""One error shape for every failure, never a stack trace: ``{"error": {"type", "message", "param"}}``,
-and on text-embeddings-inference's routes TEI's own, ``{"error": message, "error_type": kind}``, which
-its clients (huggingface_hub, LangChain's and LlamaIndex's TEI integrations) read."""
+"""One error shape for every failure, never a stack trace: ``{"error": {"type", "message", "param"}}``;
+on text-embeddings-inference's routes TEI's own, ``{"error": message, "error_type": kind}``, which
+its clients (huggingface_hub, LangChain's and LlamaIndex's TEI integrations) read; on Cohere's
+(``/v2/``) Cohere's, ``{"id", "message"}``."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Literal
 
 import aiohttp
@@ -39,6 +41,11 @@ class TEIErrorBody(BaseModel):
     error_type: TEIErrorType
 
 
+class CohereErrorBody(BaseModel):
+    id: str
+    message: str
+
+
 TEI_ROUTES = frozenset({"/", "/embed", "/embed_sparse", "/predict", "/rerank", "/similarity", "/tokenize", "/info"})
 
 
@@ -56,6 +63,7 @@ ERRORS = {
 # Declared on every route, so the OpenAPI schema tells clients (and schemathesis) the real shape.
 ERROR_RESPONSES: dict[int | str, dict] = {status: {"model": ErrorBody, "description": text} for status, text in ERRORS.items()}
 TEI_ERROR_RESPONSES: dict[int | str, dict] = {status: {"model": TEIErrorBody, "description": text} for status, text in ERRORS.items()}
+COHERE_ERROR_RESPONSES: dict[int | str, dict] = {status: {"model": CohereErrorBody, "description": text} for status, text in ERRORS.items()}
 
 
 class APIError(Exception):
@@ -73,6 +81,9 @@ def error_response(error: APIError, path: str) -> JSONResponse:
     headers = {"Retry-After": str(error.retry_after)} if error.retry_after is not None else None
     if path in TEI_ROUTES:
         body = TEIErrorBody(error=error.message, error_type=tei_error_type(error.status)).model_dump()
+    elif path.startswith("/v2/"):
+        where = f"{error.param}: " if error.param and not error.message.startswith(error.param) else ""
+        body = CohereErrorBody(id=str(uuid.uuid4()), message=where + error.message).model_dump()
     else:
         body = ErrorBody(error=ErrorDetail(type=error.type, message=error.message, param=error.param)).model_dump()
     return JSONResponse(body, status_code=error.status, headers=headers)

@@ -79,6 +79,13 @@ def truncate_dimensions(vector: np.ndarray, dimensions: int | None, normalize: b
     return l2_normalize(cut) if normalize else cut
 
 
+def packed_bits(vectors: np.ndarray, signed: bool) -> np.ndarray:
+    """Each vector's signs as bits, 8 dimensions to a byte, as sentence-transformers'
+    ``quantize_embeddings`` packs them (``binary``: each byte as int8, minus 128; ``ubinary``: as uint8)."""
+    packed = np.packbits(vectors > 0, axis=-1)
+    return (packed.astype(np.int16) - 128).astype(np.int8) if signed else packed
+
+
 def sparse_entries(vector: np.ndarray) -> list[dict[str, int | float]]:
     """A sparse vector's non-zero weights as text-embeddings-inference answers them: ``{index, value}`` by ascending index."""
     indices = np.flatnonzero(vector)

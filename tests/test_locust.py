@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCUST = str(Path(sys.executable).with_name("locust"))
 # (model fixtures, the served tasks' routes, a route no served model does)
 MODELS = [
-    (["embed_tag"], ["/v1/embeddings"], "/v1/classify"),
+    (["embed_tag"], ["/v1/embeddings", "/v2/embed"], "/v1/classify"),
     (["classify_tag"], ["/v1/classify"], "/v1/embeddings"),
     (["cross_encoder_tag"], ["/v1/rerank"], "/v1/embeddings"),
     (["sparse_tag"], ["/embed_sparse"], "/v1/embeddings"),

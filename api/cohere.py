@@ -1,0 +1,73 @@
+"""Cohere's v2 embed API (``POST /v2/embed``), shape for shape, for the official ``cohere`` client
+(``cohere.ClientV2(base_url=...)``): its request body, its ``embeddings_by_type`` answer, and its
+error shape, ``{"id", "message"}``.
+
+Differences, each on purpose: texts only (``images`` and ``inputs`` are refused, 422 naming them);
+``model`` may be left out (the first embedder served); ``input_type`` picks the model's
+sentence-transformers prompt for that role (``PROMPT_NAMES``), the model's default prompt where it
+has none; ``max_tokens`` below the model's limit is refused (400) rather than applied; ``int8`` and
+``uint8`` are refused (400): they need per-dimension ranges that are not stored with the model.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from .types import Request, Text
+
+InputType = Literal["search_document", "search_query", "classification", "clustering"]
+EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
+# The sentence-transformers prompt names each Cohere input type maps to, the first the model has.
+PROMPT_NAMES: dict[str, tuple[str, ...]] = {
+    "search_query": ("search_query", "query"),
+    "search_document": ("search_document", "document", "passage", "corpus"),
+    "classification": ("classification",),
+    "clustering": ("clustering",),
+}
+
+
+class EmbedRequest(Request):
+    """``POST /v2/embed``."""
+
+    texts: Annotated[list[Text], Field(min_length=1)]
+    model: str | None = None
+    input_type: InputType | None = Field(None, description="the role of the texts: picks the model's prompt for it")
+    embedding_types: Annotated[list[EmbeddingType], Field(min_length=1)] = ["float"]
+    output_dimension: Annotated[int, Field(ge=1)] | None = Field(None, description="fewer dimensions (Matryoshka models)")
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    truncate: Literal["NONE", "START", "END"] = Field("END", description="NONE: texts past the model's limit are refused (413)")
+    priority: int | None = Field(None, description="accepted for the client's sake; every request is served in arrival order")
+
+
+class BilledUnits(BaseModel):
+    input_tokens: int
+
+
+class ApiVersion(BaseModel):
+    version: str = "2"
+
+
+class Meta(BaseModel):
+    api_version: ApiVersion
+    billed_units: BilledUnits
+
+
+class EmbeddingsByType(BaseModel):
+    """One list per type asked for, a row per text in request order."""
+
+    model_config = {"populate_by_name": True}
+
+    float_: list[list[float]] | None = Field(None, alias="float")
+    binary: list[list[int]] | None = None
+    ubinary: list[list[int]] | None = None
+    base64: list[str] | None = None
+
+
+class EmbedResponse(BaseModel):
+    id: str
+    embeddings: EmbeddingsByType
+    texts: list[str]
+    meta: Meta
+    response_type: Literal["embeddings_by_type"] = "embeddings_by_type"

@@ -1,0 +1,75 @@
+"""Cohere's v2 embed route (its types: ``api/cohere.py``), for Cohere's own client, over the request
+pipeline of the service instance answering (``api/pipeline.py``), as TEI's routes are; errors come in
+Cohere's shape on its paths (``api/errors.py``)."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+import numpy as np
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from models.postprocess import packed_bits
+from models.spec import ModelSpec
+
+from . import cohere
+from .errors import COHERE_ERROR_RESPONSES, APIError
+from .options import prompt_for
+from .pipeline import Pipeline
+from .tei_routes import ThisPipeline
+
+router = APIRouter()
+UNRANGED = ("int8", "uint8")  # scalar types that need per-dimension ranges (api/cohere.py)
+
+
+@router.post("/v2/embed", response_model=cohere.EmbedResponse, responses=COHERE_ERROR_RESPONSES)
+async def embed(request: cohere.EmbedRequest, server: Pipeline = ThisPipeline) -> Response:
+    model = server.models.pick(request.model, "embed")
+    if unranged := [kind for kind in request.embedding_types if kind in UNRANGED]:
+        raise APIError(
+            400,
+            "invalid_request",
+            f"embedding_types {unranged} are not served here; float, binary, ubinary and base64 are",
+            "embedding_types",
+        )
+    if request.max_tokens is not None and request.max_tokens < model.spec.max_length:
+        raise APIError(
+            400, "invalid_request", f"max_tokens below the model's limit ({model.spec.max_length}) is not supported", "max_tokens"
+        )
+    vectors, timing = await server.embed(
+        model,
+        request.texts,
+        "texts",
+        prompt=role_prompt(model.spec, request.input_type),
+        truncate=request.truncate != "NONE",
+        dimensions=request.output_dimension,
+        cut="left" if request.truncate == "START" else "right",
+    )
+    rows = np.stack(vectors)
+    embeddings = {kind: by_type(rows, kind) for kind in dict.fromkeys(request.embedding_types)}
+    meta = {"api_version": {"version": "2"}, "billed_units": {"input_tokens": timing.tokens}}
+    answer = {
+        "id": str(uuid.uuid4()),
+        "embeddings": embeddings,
+        "texts": request.texts,
+        "meta": meta,
+        "response_type": "embeddings_by_type",
+    }
+    return server.timed(answer, timing)
+
+
+def role_prompt(spec: ModelSpec, input_type: str | None) -> str:
+    """The model's prompt for the texts' role: the first of ``PROMPT_NAMES`` it has, else its default prompt."""
+    name = next((name for name in cohere.PROMPT_NAMES.get(input_type or "", ()) if name in spec.prompts), None)
+    return prompt_for(spec, name, None)
+
+
+def by_type(rows: np.ndarray, kind: str) -> list:
+    """The rows as Cohere's ``kind``: floats, packed sign bits, or base64 of little-endian float32."""
+    if kind == "float":
+        return rows.tolist()
+    if kind == "base64":
+        return [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in rows]
+    return packed_bits(rows, signed=kind == "binary").tolist()

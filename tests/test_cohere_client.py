@@ -1,0 +1,72 @@
+"""The official cohere client (``ClientV2``), unchanged, against ``/v2/embed``: the vectors of
+/v1/embeddings, sign bits packed as sentence-transformers packs them, the tokens the model's own
+tokenizer counts, and bad input refused in Cohere's error shape."""
+
+import base64
+
+import cohere
+import numpy as np
+import pytest
+import requests
+from sentence_transformers.quantization import quantize_embeddings
+from transformers import AutoTokenizer
+
+from models.store import default_model_dir
+
+TEXTS = ["How do I reset my password?", "The train to Lyon leaves at nine.", "ok", "déjà vu 🙂 " * 200]
+
+
+def client(url: str) -> cohere.ClientV2:
+    return cohere.ClientV2(api_key="unused", base_url=url, timeout=60)
+
+
+def test_cohere_client_embeds_by_type(embed_url):
+    response = client(embed_url).embed(
+        model="minilm", texts=TEXTS, input_type="search_document", embedding_types=["float", "binary", "ubinary", "base64"]
+    )
+    vectors = np.array(response.embeddings.float_)
+    plain = requests.post(f"{embed_url}/v1/embeddings", json={"input": TEXTS}, timeout=60).json()
+    expected = np.array([item["embedding"] for item in plain["data"]])
+    assert vectors.shape == (4, 384) and np.abs(vectors - expected).max() <= 1e-4
+    assert response.embeddings.binary == quantize_embeddings(vectors, "binary").tolist()
+    assert response.embeddings.ubinary == quantize_embeddings(vectors, "ubinary").tolist()
+    decoded = np.array([np.frombuffer(base64.b64decode(text), dtype="<f4") for text in response.embeddings.base64])
+    assert np.array_equal(decoded, vectors.astype(np.float32))
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
+    counted = sum(len(ids) for ids in tokenizer(TEXTS, truncation=True, max_length=256)["input_ids"])
+    assert response.meta.billed_units.input_tokens == counted == plain["usage"]["prompt_tokens"]
+    assert response.texts == TEXTS and response.response_type == "embeddings_by_type"
+
+
+def test_cohere_output_dimension_and_truncation(embed_url):
+    short = client(embed_url).embed(model="minilm", texts=TEXTS[:2], input_type="search_query", output_dimension=128)
+    vectors = np.array(short.embeddings.float_)
+    assert vectors.shape == (2, 128) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    start = client(embed_url).embed(model="minilm", texts=[TEXTS[3]], input_type="search_query", truncate="START")
+    end = client(embed_url).embed(model="minilm", texts=[TEXTS[3]], input_type="search_query", truncate="END")
+    assert start.meta.billed_units.input_tokens == end.meta.billed_units.input_tokens == 256
+    with pytest.raises(cohere.core.ApiError) as refused:
+        client(embed_url).embed(model="minilm", texts=[TEXTS[3]], input_type="search_query", truncate="NONE")
+    assert refused.value.status_code == 413 and "256" in refused.value.body["message"]
+
+
+BAD = [
+    # (name, body, status, what the message names)
+    ("no texts", {"texts": []}, 422, "texts"),
+    ("an empty text", {"texts": ["ok", ""]}, 422, "texts.1"),
+    ("images", {"texts": ["ok"], "images": ["data:image/png;base64,AA=="]}, 422, "images"),
+    ("unknown input_type", {"texts": ["ok"], "input_type": "image"}, 422, "input_type"),
+    ("unknown embedding type", {"texts": ["ok"], "embedding_types": ["int4"]}, 422, "embedding_types.0"),
+    ("int8 without ranges", {"texts": ["ok"], "embedding_types": ["float", "int8"]}, 400, "embedding_types"),
+    ("max_tokens below the limit", {"texts": ["ok"], "max_tokens": 16}, 400, "max_tokens"),
+    ("too many dimensions", {"texts": ["ok"], "output_dimension": 1024}, 400, "384"),
+    ("unknown model", {"texts": ["ok"], "model": "embed-v4.0"}, 404, "embed-v4.0"),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "status", "named"), BAD, ids=[row[0] for row in BAD])
+def test_bad_input_in_cohere_error_shape(embed_url, name, body, status, named):
+    response = requests.post(f"{embed_url}/v2/embed", json=body, timeout=30)
+    assert response.status_code == status, response.text
+    error = response.json()
+    assert set(error) == {"id", "message"} and named in error["message"], error
