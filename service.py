@@ -45,6 +45,7 @@ from api.types import (
     SentimentResponse,
 )
 from models.backends import load_backend
+from models.calibration import load_ranges
 from models.cpu import describe as describe_cpu
 from models.inference import InferenceThread, Pass, run_passes
 from models.postprocess import best_first
@@ -234,6 +235,7 @@ class TextBento(Pipeline):
             forget=Forgetter(lambda keys: encoder().to_async.forget(keys)),
             aliases=frozenset({model.tag.name, str(model.tag), spec.source} - {""}),
             max_in_flight=settings.max_concurrency,
+            ranges=load_ranges(model.path),
         )
 
     # textbento's own routes, OpenAI's and Cohere's/Jina's shapes.

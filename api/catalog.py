@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
+import numpy as np
 from bentoml.exceptions import BentoMLException
 
 from models.spec import ModelSpec
@@ -45,6 +46,7 @@ class ServedModel:
     max_in_flight: int = 512
     in_flight: int = 0
     runtime_card: dict[str, Any] | None = None  # the Encoder's last answer to ``runtime()``
+    ranges: np.ndarray | None = None  # an embedder's int8/uint8 calibration ranges (models.calibration)
 
     async def runtime(self, within_s: float = 2.0) -> dict[str, Any]:
         """How the Encoder serves the model (backend, device, precision, fidelity, CPU), asked now; where

@@ -6,7 +6,8 @@ Differences, each on purpose: texts only (``images`` and ``inputs`` are refused,
 ``model`` may be left out (the first embedder served); ``input_type`` picks the model's
 sentence-transformers prompt for that role (``PROMPT_NAMES``), the model's default prompt where it
 has none; ``max_tokens`` below the model's limit is refused (400) rather than applied; ``int8`` and
-``uint8`` are refused (400): they need per-dimension ranges that are not stored with the model.
+``uint8`` are computed on ranges measured at import (``models.calibration``), so a model imported
+without them, or asked for fewer dimensions, is refused them (400).
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class EmbeddingsByType(BaseModel):
     model_config = {"populate_by_name": True}
 
     float_: list[list[float]] | None = Field(None, alias="float")
+    int8: list[list[int]] | None = None
+    uint8: list[list[int]] | None = None
     binary: list[list[int]] | None = None
     ubinary: list[list[int]] | None = None
     base64: list[str] | None = None

@@ -11,6 +11,7 @@ import numpy as np
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from models.calibration import SCALES, quantized
 from models.postprocess import packed_bits
 from models.spec import ModelSpec
 
@@ -21,19 +22,18 @@ from .pipeline import Pipeline
 from .tei_routes import ThisPipeline
 
 router = APIRouter()
-UNRANGED = ("int8", "uint8")  # scalar types that need per-dimension ranges (api/cohere.py)
 
 
 @router.post("/v2/embed", response_model=cohere.EmbedResponse, responses=COHERE_ERROR_RESPONSES)
 async def embed(request: cohere.EmbedRequest, server: Pipeline = ThisPipeline) -> Response:
     model = server.models.pick(request.model, "embed")
-    if unranged := [kind for kind in request.embedding_types if kind in UNRANGED]:
-        raise APIError(
-            400,
-            "invalid_request",
-            f"embedding_types {unranged} are not served here; float, binary, ubinary and base64 are",
-            "embedding_types",
-        )
+    if scalar := [kind for kind in request.embedding_types if kind in SCALES]:
+        if model.ranges is None:
+            reason = "was imported without calibration ranges; import it again to get them"
+            raise APIError(400, "invalid_request", f"embedding_types {scalar}: model {model.name!r} {reason}", "embedding_types")
+        if request.output_dimension is not None:
+            reason = "not served, the ranges are those of the whole vector"
+            raise APIError(400, "invalid_request", f"embedding_types {scalar} with output_dimension: {reason}", "output_dimension")
     if request.max_tokens is not None and request.max_tokens < model.spec.max_length:
         raise APIError(
             400, "invalid_request", f"max_tokens below the model's limit ({model.spec.max_length}) is not supported", "max_tokens"
@@ -48,7 +48,7 @@ async def embed(request: cohere.EmbedRequest, server: Pipeline = ThisPipeline) -
         cut="left" if request.truncate == "START" else "right",
     )
     rows = np.stack(vectors)
-    embeddings = {kind: by_type(rows, kind) for kind in dict.fromkeys(request.embedding_types)}
+    embeddings = {kind: by_type(rows, kind, model.ranges) for kind in dict.fromkeys(request.embedding_types)}
     meta = {"api_version": {"version": "2"}, "billed_units": {"input_tokens": timing.tokens}}
     answer = {
         "id": str(uuid.uuid4()),
@@ -66,10 +66,13 @@ def role_prompt(spec: ModelSpec, input_type: str | None) -> str:
     return prompt_for(spec, name, None)
 
 
-def by_type(rows: np.ndarray, kind: str) -> list:
-    """The rows as Cohere's ``kind``: floats, packed sign bits, or base64 of little-endian float32."""
+def by_type(rows: np.ndarray, kind: str, ranges: np.ndarray | None) -> list:
+    """The rows as Cohere's ``kind``: floats, int8/uint8 on the model's ranges, packed sign bits, or
+    base64 of little-endian float32."""
     if kind == "float":
         return rows.tolist()
     if kind == "base64":
         return [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in rows]
+    if kind in SCALES:
+        return quantized(rows, kind, ranges).tolist()
     return packed_bits(rows, signed=kind == "binary").tolist()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import bentoml
+import numpy as np
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast
 
 from .detection import UnsupportedModel, detect_spec, detect_task, is_decoder, read_sentence_transformers
@@ -94,12 +95,14 @@ def import_model(
     onnx: bool = True,
     max_length: int | None = None,
     training: dict[str, Any] | None = None,
+    calibration: list[str] | None = None,
 ) -> bentoml.Tag:
     """Saves the model in ``model_dir`` into the store; raises ``UnsupportedModel`` with the reason.
 
     With ``onnx`` (the default), the ONNX graphs of ``models.export`` are saved with it;
     ``max_length`` (tokens per text) replaces the model's own limit when lower;
-    ``training``, the record of the fine-tuning run that made the model, goes into its metadata.
+    ``training``, the record of the fine-tuning run that made the model, goes into its metadata;
+    an embedder's compact int8/uint8 ranges are measured over ``calibration`` (texts), else a built-in set.
     """
     if not model_dir.is_dir():
         raise UnsupportedModel(f"no such directory: {model_dir}")
@@ -143,7 +146,27 @@ def import_model(
         if onnx:
             # The store writes the metadata when the context closes: what the export did goes in with it.
             stored.info.metadata.update(try_export(stored.path, spec, ", ".join(config.architectures or [config.model_type])))
+        if spec.task == "embed":
+            stored.info.metadata.update(calibrate(stored.path, spec, calibration))
     return stored.tag
+
+
+def calibrate(model_dir: str, spec: ModelSpec, texts: list[str] | None) -> dict[str, Any]:
+    """The ranges of compact int8/uint8 embeddings (``models.calibration``) over ``texts``, or the
+    built-in set, computed by the stored model in fp32, saved with it; their record in the metadata."""
+    from .backends import load_backend
+    from .calibration import built_in_texts, ranges_of, save_ranges
+    from .inference import run_batch
+    from .onnx_layout import has_onnx
+    from .tokenization import TextTokenizer
+
+    source = "given" if texts else "built-in"
+    texts = texts or built_in_texts(model_dir)
+    progress.info("calibrating int8/uint8 embeddings over %d texts (%s)", len(texts), source)
+    backend = load_backend("onnx" if has_onnx(model_dir) else "torch", model_dir, spec, threads=2)
+    ids = [encoded.ids for encoded in TextTokenizer(model_dir, spec.max_length).encode(texts)]
+    save_ranges(model_dir, ranges_of(np.stack(run_batch(backend, ids, spec.pad_id, token_budget=4096))))
+    return {"calibration": {"texts": len(texts), "source": source}}
 
 
 def try_export(model_dir: str, spec: ModelSpec, architecture: str) -> dict[str, Any]:
@@ -164,7 +187,6 @@ def try_export(model_dir: str, spec: ModelSpec, architecture: str) -> dict[str, 
 
 def save_dense(model_dir: Path, target: Path) -> None:
     """The weights of the sentence-transformers Dense modules in ``model_dir``, as ``dense.npz`` in ``target``."""
-    import numpy as np
     import torch
     from safetensors.torch import load_file
 

@@ -1,9 +1,11 @@
 """The official cohere client (``ClientV2``), unchanged, against ``/v2/embed``: the vectors of
-/v1/embeddings, sign bits packed as sentence-transformers packs them, the tokens the model's own
-tokenizer counts, and bad input refused in Cohere's error shape."""
+/v1/embeddings, int8/uint8 and packed sign bits as sentence-transformers' ``quantize_embeddings``
+makes them (int8/uint8 on the ranges stored at import), the tokens the model's own tokenizer
+counts, and bad input refused in Cohere's error shape."""
 
 import base64
 
+import bentoml
 import cohere
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import requests
 from sentence_transformers.quantization import quantize_embeddings
 from transformers import AutoTokenizer
 
+from models.calibration import load_ranges
 from models.store import default_model_dir
 
 TEXTS = ["How do I reset my password?", "The train to Lyon leaves at nine.", "ok", "déjà vu 🙂 " * 200]
@@ -20,14 +23,19 @@ def client(url: str) -> cohere.ClientV2:
     return cohere.ClientV2(api_key="unused", base_url=url, timeout=60)
 
 
-def test_cohere_client_embeds_by_type(embed_url):
-    response = client(embed_url).embed(
-        model="minilm", texts=TEXTS, input_type="search_document", embedding_types=["float", "binary", "ubinary", "base64"]
-    )
+def test_cohere_client_embeds_by_type(embed_url, embed_tag):
+    kinds = ["float", "int8", "uint8", "binary", "ubinary", "base64"]
+    response = client(embed_url).embed(model="minilm", texts=TEXTS, input_type="search_document", embedding_types=kinds)
     vectors = np.array(response.embeddings.float_)
     plain = requests.post(f"{embed_url}/v1/embeddings", json={"input": TEXTS}, timeout=60).json()
     expected = np.array([item["embedding"] for item in plain["data"]])
     assert vectors.shape == (4, 384) and np.abs(vectors - expected).max() <= 1e-4
+    ranges = load_ranges(bentoml.models.get(embed_tag).path)  # measured at import (models.calibration)
+    served, inside = vectors.astype(np.float32), (vectors >= ranges[0]) & (vectors <= ranges[1])
+    for kind, answer in (("int8", response.embeddings.int8), ("uint8", response.embeddings.uint8)):
+        compact, info = np.array(answer), np.iinfo(kind)
+        assert np.array_equal(compact[inside], quantize_embeddings(served, kind, ranges=ranges)[inside])
+        assert np.isin(compact[~inside], [info.min, info.max]).all()  # past the ranges: clipped to an end
     assert response.embeddings.binary == quantize_embeddings(vectors, "binary").tolist()
     assert response.embeddings.ubinary == quantize_embeddings(vectors, "ubinary").tolist()
     decoded = np.array([np.frombuffer(base64.b64decode(text), dtype="<f4") for text in response.embeddings.base64])
@@ -57,7 +65,7 @@ BAD = [
     ("images", {"texts": ["ok"], "images": ["data:image/png;base64,AA=="]}, 422, "images"),
     ("unknown input_type", {"texts": ["ok"], "input_type": "image"}, 422, "input_type"),
     ("unknown embedding type", {"texts": ["ok"], "embedding_types": ["int4"]}, 422, "embedding_types.0"),
-    ("int8 without ranges", {"texts": ["ok"], "embedding_types": ["float", "int8"]}, 400, "embedding_types"),
+    ("int8 of fewer dimensions", {"texts": ["ok"], "embedding_types": ["int8"], "output_dimension": 64}, 400, "output_dimension"),
     ("max_tokens below the limit", {"texts": ["ok"], "max_tokens": 16}, 400, "max_tokens"),
     ("too many dimensions", {"texts": ["ok"], "output_dimension": 1024}, 400, "384"),
     ("unknown model", {"texts": ["ok"], "model": "embed-v4.0"}, 404, "embed-v4.0"),

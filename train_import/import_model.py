@@ -43,6 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="most tokens per text, longer texts are cut (default: the model's limit, e.g. sentence-transformers' "
         "max_seq_length or its position table, 32,768 for some decoders; a text that long runs alone in one pass)",
     )
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        help="a text file, one text per line, over which an embedder's int8/uint8 ranges are measured "
+        "(default: a built-in set drawn from the model's vocabulary); texts like your corpus fit the ranges to it",
+    )
     args = parser.parse_args(argv)
     if args.revision and not args.model_id:
         parser.error("--revision needs --model-id")
@@ -58,8 +64,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             model_dir = args.path or default_model_dir()
             source = str(args.path) if args.path else "sentence-transformers/all-MiniLM-L6-v2"
+        calibration = [line for line in args.calibration.read_text().splitlines() if line.strip()] if args.calibration else None
         return import_model(
-            model_dir, name=args.name, task=args.task, source=source, revision=args.revision, onnx=args.onnx, max_length=args.max_length
+            model_dir,
+            name=args.name,
+            task=args.task,
+            source=source,
+            revision=args.revision,
+            onnx=args.onnx,
+            max_length=args.max_length,
+            calibration=calibration,
         )
 
     return report("import", run, (UnsupportedModel, OSError, ValueError))
