@@ -19,7 +19,7 @@ from pathlib import Path
 # The flags that decide int8 kernels; recorded with every figure.
 CLASS_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "avx512_bf16", "amx_bf16", "asimddp", "i8mm")
 INT32_ACCUMULATION = {"avx512_vnni", "avx_vnni", "amx_int8"}
-BF16_UNITS = {"avx512_bf16", "amx_bf16"}  # bf16 dot products in hardware: OpenVINO's bf16 is a candidate
+BF16_UNITS = {"avx512_bf16", "amx_bf16"}  # bf16 dot products in hardware: OpenVINO computes in bf16 there
 
 
 @functools.cache
@@ -52,6 +52,11 @@ def signed_int8_is_exact() -> bool:
 def has_bf16_units() -> bool:
     """Whether the CPU multiplies bf16 in hardware (AVX-512 BF16, AMX); elsewhere bf16 is emulated, slower than fp32."""
     return bool(BF16_UNITS & set(cpu()["flags"]))
+
+
+def has_amx_bf16() -> bool:
+    """Whether the CPU has AMX tiles for bf16, where OpenVINO's bf16 is a candidate for ``auto`` (docs/design.md 5c)."""
+    return "amx_bf16" in cpu()["flags"]
 
 
 def describe() -> str:

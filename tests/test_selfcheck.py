@@ -57,7 +57,7 @@ def test_the_int8_graph_passes_the_check_here(embed_tag: str):
 def test_a_damaged_int8_graph_is_caught_and_never_served(embed_tag: str, tmp_path: Path, caplog, monkeypatch):
     directory, spec = model_copy(embed_tag, tmp_path / "damaged")
     damage(onnx_dir(directory) / INT8)
-    monkeypatch.setattr(models.backends, "has_bf16_units", lambda: False)  # the int8 graph the only candidate
+    monkeypatch.setattr(models.backends, "has_amx_bf16", lambda: False)  # the int8 graph the only candidate
     with caplog.at_level(logging.WARNING, logger="textbento"):
         backend = load_backend("auto", directory, spec, 2)
     assert (backend.name, backend.precision, backend.fidelity.passed) == ("onnx", "fp32", False), backend.fidelity

@@ -3,7 +3,7 @@
 ``torch`` runs the transformers model; ``onnx`` and ``onnx-int8`` run the graphs that
 ``models.export`` wrote into the stored model (fp32, or fp16 on CUDA, and per-token dynamic
 int8 on CPU) in ONNX Runtime, ``openvino`` the fp32 graph in OpenVINO (bf16 where the CPU has
-bf16 units). Every backend runs a padded batch as one forward pass.
+bf16 units; a candidate of ``auto`` where it has AMX). Every backend runs a padded batch as one forward pass.
 ``auto`` serves the fastest of them that passes the accuracy gates of ``tests/test_onnx.py`` on
 the device at hand: both measured there, at start-up (``models.selfcheck``).
 """
@@ -14,7 +14,7 @@ import importlib.util
 import logging
 from pathlib import Path
 
-from ..cpu import describe, has_bf16_units
+from ..cpu import describe, has_amx_bf16
 from ..inference import Backend
 from ..onnx_layout import has_onnx
 from ..selfcheck import PROBE_TEXTS, Trial, self_check
@@ -83,7 +83,8 @@ def self_checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> tuple[
     graph, its kernels picked from the CPU's flags (``models.cpu``; where they say u8×s8 is exact but
     the check disagrees, as flags and ``cpuid`` can under qemu or some hypervisors, the u8×u8
     kernels, exact on every x86 class, are checked next), and OpenVINO's bf16 where it is installed
-    and the CPU has bf16 units. Each that misses the gates is named in one warning.
+    and the CPU has AMX (docs/design.md 5c: without it bf16 ran 0.80-1.36x int8's texts/s, short of
+    the margin, so the start-up it costs is spared). Each that misses the gates is named in one warning.
     """
     from .onnx_backend import SIGNED, OnnxBackend  # here: onnxruntime is loaded only where a graph is served
 
@@ -97,7 +98,7 @@ def self_checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> tuple[
             missed(fast, "trying uint8 weights (u8×u8 kernels)")
             fast = candidates[0] = OnnxBackend(model_dir, spec, threads, cpu_graph="int8", unsigned=True)
             fast.fidelity = self_check(fast, reference, spec, probe)
-        if has_bf16_units() and importlib.util.find_spec("openvino") is not None:
+        if has_amx_bf16() and importlib.util.find_spec("openvino") is not None:
             from .openvino_backend import OpenVinoBackend
 
             candidates.append(OpenVinoBackend(model_dir, spec, threads))
