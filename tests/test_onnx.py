@@ -328,6 +328,7 @@ def test_openvino_meets_the_gates_and_batch_invariance(embed_tag: str):
     assert cosines(alone, served[::40]).min() >= 0.99999
 
 
+@pytest.mark.slow  # its models come through getfixturevalue, which the slow-fixture marking cannot see
 @pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
 @pytest.mark.parametrize("tag_fixture", ["embed_onnx_tag", "topic_classifier_tag"])
 def test_a_text_alone_equals_the_text_in_a_mixed_batch(backend: str, tag_fixture: str, request):
