@@ -14,7 +14,6 @@ variables (``serving/settings.py``); ``TEXTBENTO_MODELS`` serves several models 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 from collections.abc import Callable
 from functools import partial
@@ -31,7 +30,7 @@ from api.errors import ERROR_RESPONSES, TEI_ROUTES, install_error_handlers
 from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CancelWhenGone, CountAnswers, JsonBodyOnly
 from api.options import prompt_for
 from api.pipeline import Pipeline
-from api.responses import usage
+from api.responses import base64_floats, usage
 from api.types import (
     ClassifyRequest,
     ClassifyResponse,
@@ -309,8 +308,3 @@ def card(model: ServedModel, device: dict[str, Any]) -> ModelCard:
         source=spec.source,
         **device,
     )
-
-
-def base64_floats(vector: np.ndarray) -> str:
-    """OpenAI's base64 encoding: the little-endian float32 bytes of the vector."""
-    return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")

@@ -4,7 +4,6 @@ Cohere's shape on its paths (``api/errors.py``)."""
 
 from __future__ import annotations
 
-import base64
 import uuid
 
 import numpy as np
@@ -19,6 +18,7 @@ from . import cohere
 from .errors import COHERE_ERROR_RESPONSES, APIError
 from .options import prompt_for
 from .pipeline import Pipeline
+from .responses import base64_floats
 from .tei_routes import ThisPipeline
 
 router = APIRouter()
@@ -72,7 +72,7 @@ def by_type(rows: np.ndarray, kind: str, ranges: np.ndarray | None) -> list:
     if kind == "float":
         return rows.tolist()
     if kind == "base64":
-        return [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in rows]
+        return [base64_floats(row) for row in rows]
     if kind in SCALES:
         return quantized(rows, kind, ranges).tolist()
     return packed_bits(rows, signed=kind == "binary").tolist()

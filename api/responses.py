@@ -10,8 +10,10 @@ pydantic models, FastAPI's validation and ``json.dumps``; 19 µs from dicts with
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
+import numpy as np
 import pydantic_core
 from starlette.responses import Response
 
@@ -24,3 +26,8 @@ def json_response(payload: Any, headers: dict[str, str] | None = None) -> Respon
 def usage(tokens: int) -> dict[str, int]:
     """OpenAI's usage block: tokens processed (after truncation, special tokens included)."""
     return {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def base64_floats(vector: np.ndarray) -> str:
+    """The base64 encoding of OpenAI's and Cohere's APIs: the little-endian float32 bytes of the vector."""
+    return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")

@@ -1,6 +1,6 @@
 """The Encoder's ``TEXTBENTO_MAX_BATCH_SIZE``: throughput and latency by setting, served side by side.
 
-    python -m bench.studies.batch_size   # → bench/results/batch-size.json
+    python -m bench.studies.batch_size   # → bench/results/batch-size.json (two runs kept: batch-size-a.json, -b.json)
 
 A larger batch sorts more of what is queued by length before cutting passes (the peer sorts its
 whole queue) and pays the per-pass cost fewer times, but a call is answered only when its whole
