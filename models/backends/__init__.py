@@ -83,8 +83,8 @@ def self_checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> tuple[
     graph, its kernels picked from the CPU's flags (``models.cpu``; where they say u8×s8 is exact but
     the check disagrees, as flags and ``cpuid`` can under qemu or some hypervisors, the u8×u8
     kernels, exact on every x86 class, are checked next), and OpenVINO's bf16 where it is installed
-    and the CPU has AMX (docs/design.md 5c: without it bf16 ran 0.80-1.36x int8's texts/s, short of
-    the margin, so the start-up it costs is spared). Each that misses the gates is named in one warning.
+    and the CPU has AMX (docs/design.md 5c: without it bf16 did not hold a lead over int8 of the
+    margin, so the start-up it costs is spared). Each that misses the gates is named in one warning.
     """
     from .onnx_backend import SIGNED, OnnxBackend  # here: onnxruntime is loaded only where a graph is served
 
