@@ -95,8 +95,10 @@ class Encoder:
         # ``auto`` holds its fast graph to fp32 here first, and serves fp32 if it misses the gates.
         self.backend = self.thread.call(load_backend, settings.backend, self.model.path, self.spec, settings.runner_threads)
         telemetry.backend(self.name, self.backend)
-        # Warm-up before /readyz turns green: the first forward pass is the slowest.
-        self.thread.call(self.forward, [np.ones(16, dtype=np.int32)] * 8)
+        # Warm-up before /readyz turns green: the first forward pass is the slowest (a batch and a lone
+        # text: on a CPU they run on sessions of their own, models/backends/onnx_backend.Streams).
+        for texts in (8, 1):
+            self.thread.call(self.forward, [np.ones(16, dtype=np.int32)] * texts)
         # On SIGTERM, answer the API workers' last calls before stopping (serving/drain.py).
         self.drain = Drain(quiet_s=1.0, longest_s=settings.drain_longest_s)
         self.drain.postpone_sigterm()

@@ -36,7 +36,9 @@ class Settings(BaseSettings):
     )
     # "cpu_count" is resolved by BentoML where the service runs, not where the bento was built.
     workers: Annotated[int, Field(ge=1)] | Literal["cpu_count"] = Field("cpu_count", description="API/tokenizer worker processes")
-    runner_threads: int = Field(default_factory=_cpu_count, ge=1, description="intra-op CPU threads of the runner")
+    # On a CPU each thread runs a slice of every pass on a single-threaded ONNX Runtime session, and
+    # a lone text gets all of them (models/backends/onnx_backend.Streams; docs/design.md 9).
+    runner_threads: int = Field(default_factory=_cpu_count, ge=1, description="CPU threads of the runner")
     # The size limits, each where it does a job: an API worker's call to the Encoder carries at
     # most max_batch_size texts (the coalescer cuts and merges requests to it), so that BentoML's
     # batcher, which merges calls up to the same limit, never has to refuse one; token_budget
