@@ -452,7 +452,7 @@ SECTIONS = [
     ("Rerank (`make bench`)", ["rerank.json"], rerank),
     ("The cost of metrics and traces (`make bench`)", ["telemetry-cost.json"], telemetry),
     ("Where the CPU goes", ["profile-*.json"], profiles),
-    ("Intra-op threads per pass (`python -m bench.studies.threads`)", ["threads.json"], threads),
+    ("The runner's threads per pass (`python -m bench.studies.threads`)", ["threads.json"], threads),
     ("Memory", ["memory.json", "budget.json"], memory),
     ("Several models in one server (`python -m bench.studies.several_models`)", ["several-models.json"], several_models),
     ("Under impatient load", ["goodput*.json"], goodput),
