@@ -80,10 +80,10 @@ class OnnxBackend:
 
     With ``cuda``, ``cuda_graph`` (``fp16``, or ``fp32``) runs on the GPU when one is usable; otherwise ``cpu_graph``
     (``fp32`` or ``int8``) runs on the CPU, int8 with uint8 weights where ``unsigned`` (by default
-    where the CPU's flags say ONNX Runtime's u8×s8 kernels saturate, ``models.cpu``). Every device runs the padded batch as one: the int8
-    graph quantizes each token row on its own (``models.quantize``), so a text's result does not
-    depend on its batch mates, and length-sorted batches of 32 run 1.98x the texts of one text at
-    a time on 2 cores (bench/results/ceiling.json; docs/design.md, 5).
+    where the CPU's flags say ONNX Runtime's u8×s8 kernels saturate, ``models.cpu``), each pass in
+    ``Streams``. The int8 graph quantizes each token row on its own (``models.quantize``), so a
+    text's result does not depend on its batch mates, and batches pad and sort like fp32 ones
+    (docs/design.md, 5).
     """
 
     trials = ()
@@ -136,12 +136,11 @@ class Streams:
     """One padded batch through a session, on the CPU in streams: its rows cut into one contiguous
     slice per core, each run by a single-threaded session on a thread of its own, at once.
 
-    Measured in process on 2 cores (docs/design.md 9, ``threads.json``): a pass of 2-64 short texts
-    cut into 2 single-threaded streams ran 1.15-1.33x the texts/s of the same pass on one session
-    with 2 intra-op threads, for 15-30% less CPU, since a slice needs no synchronisation between
-    cores. Results do not change: every graph computes each row on its own, whatever its batch
-    mates and padding (``models.quantize``), so each slice is also cut to its own longest row.
-    A lone text cannot be cut; it gets a session with every core (``wide``), 1.27x faster there.
+    A slice needs no synchronisation between cores, which one session's intra-op threads pay at
+    every small parallel section: 1.17-1.28x the texts/s of one session with 2 intra-op threads, for
+    23-29% less CPU (docs/design.md 9). Results do not change: every graph computes each row on
+    its own, whatever its batch mates and padding (``models.quantize``), so each slice is also cut
+    to its own longest row. A lone text cannot be cut; it gets a session with every core (``wide``).
     """
 
     def __init__(self, narrow: ort.InferenceSession, wide: ort.InferenceSession | None = None) -> None:
