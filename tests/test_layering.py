@@ -4,6 +4,7 @@
 - ``api/``: the HTTP surface; no inference runtime (an API worker never loads one).
 - ``serving/``: the BentoML plumbing; no inference runtime, no FastAPI.
 - ``harness/``: drives the service from outside, as a user would; none of its code.
+- ``bulk/``: runs the models in process; no service, no HTTP.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ FORBIDDEN = {
     "api": RUNTIMES,
     "serving": (*RUNTIMES, "fastapi"),
     "harness": ("api", "serving", "service"),
+    "bulk": ("service", "fastapi", "starlette", "aiohttp", "uvicorn", "bentoml._internal", "_bentoml_impl", "_bentoml_sdk"),
 }
 
 

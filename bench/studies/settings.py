@@ -37,7 +37,9 @@ def main() -> None:
             for value in args.values:
                 for point, row in measure(ROOT, tag, SECONDS, POINTS, {args.setting: value}).items():
                     best[value][point] = better(best[value].get(point), row)
-                print(value, {point: (row["texts_per_s"], row["p50_ms"], row["p99_ms"], row["errors"]) for point, row in best[value].items()})
+                print(
+                    value, {point: (row["texts_per_s"], row["p50_ms"], row["p99_ms"], row["errors"]) for point, row in best[value].items()}
+                )
     finally:
         bentoml.models.delete(tag)
     write_result(args.out, {"setting": args.setting, "rounds": ROUNDS, "seconds": SECONDS, "results": best})

@@ -1,0 +1,189 @@
+"""A corpus to vectors on one machine: the stored model, its tokenizer and the server's backends, in process.
+
+    python -m bulk.embed --model text-model:latest --input corpus.jsonl --text-field text --id-field id --output vectors/
+
+Same vectors as ``/v1/embeddings`` answers for the same text: the same tokenizer and prompt, the
+same backend chosen the same way (``auto``'s self-check and speed trial on this machine), the same
+length-sorted forward passes under the token budget (``models.inference.run_batch``) and the same
+Matryoshka cut. What the server adds per request (HTTP, the hop, batching across clients) is not
+paid here. The input is read a window at a time; while one window runs through the model the next
+one is tokenized (the Rust tokenizer uses every core). Stopped at any moment (Ctrl-C, a crash, a
+kill), the same command resumes after the last finished part (``bulk/corpus.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import bentoml
+import numpy as np
+from tqdm import tqdm
+
+from api.errors import APIError
+from api.options import check_dimensions, prompt_for
+from models.backends import BACKENDS, load_backend
+from models.inference import Backend, run_batch
+from models.postprocess import truncate_dimensions
+from models.spec import ModelSpec
+from models.tokenization import Encoded, TextTokenizer
+from serving.settings import settings
+
+from .corpus import Output, Row, count_rows, rows
+
+logger = logging.getLogger("textbento.bulk")
+DRY_RUN_TEXTS = 256  # timed to estimate the whole job
+
+
+class Job:
+    """The stored embedder, ready: its tokenizer, prompt and backend."""
+
+    def __init__(self, tag: str, backend: str, prompt_name: str | None, dimensions: int | None, truncate: bool) -> None:
+        self.model = bentoml.models.get(tag)
+        self.spec = ModelSpec.of(self.model)
+        if self.spec.task != "embed":
+            raise SystemExit(f"{self.model.tag} is not a dense embedder (task {self.spec.task!r}); bulk.embed writes dense vectors")
+        try:
+            self.prompt = prompt_for(self.spec, prompt_name, None)
+            check_dimensions(self.spec, dimensions)
+        except APIError as error:
+            raise SystemExit(error.message) from None
+        self.dimensions, self.truncate = dimensions, truncate
+        self.tokenizer = TextTokenizer(self.model.path, self.spec.max_length)
+        self.backend: Backend = load_backend(backend, self.model.path, self.spec, settings.runner_threads)
+
+    @property
+    def metadata(self) -> dict:
+        return {"model": self.model.tag, "backend": self.backend.name, "precision": self.backend.precision, "prompt": self.prompt}
+
+    def tokenized(self, window: list[Row]) -> tuple[list[Row], list[Encoded], list[Row]]:
+        """(rows to embed, their tokens, rows refused): past the model's limit is refused when truncation is off."""
+        texts = [row for row in window if row.problem is None]
+        encoded = self.tokenizer.encode([self.prompt + row.text for row in texts])
+        refused = [row for row in window if row.problem is not None]
+        if not self.truncate:
+            long = {index for index, e in enumerate(encoded) if e.truncated}
+            limit = f"longer than the model's {self.spec.max_length} tokens (truncation is off)"
+            refused += [Row(texts[index].number, texts[index].id, None, limit) for index in sorted(long)]
+            texts = [row for index, row in enumerate(texts) if index not in long]
+            encoded = [e for index, e in enumerate(encoded) if index not in long]
+        return texts, encoded, sorted(refused, key=lambda row: row.number)
+
+    def prepared(self, windows: Iterator[list[Row]]) -> tuple[list[Row], list[Row], list[Encoded], list[Row]] | None:
+        """The next window, its rows to embed, their tokens and its refused rows; None at the end of the input."""
+        window = next(windows, None)
+        return (window, *self.tokenized(window)) if window else None
+
+    def vectors(self, encoded: list[Encoded]) -> np.ndarray:
+        if not encoded:
+            return np.empty((0, self.dimensions or self.spec.dimensions), np.float32)
+        rows = run_batch(self.backend, [e.ids for e in encoded], self.spec.pad_id, settings.token_budget)
+        return np.stack([truncate_dimensions(row, self.dimensions, self.spec.normalize) for row in rows]).astype(np.float32)
+
+
+def windows(stream: Iterator[Row], size: int) -> Iterator[list[Row]]:
+    while window := list(itertools.islice(stream, size)):
+        yield window
+
+
+def run(job: Job, output: Output, input_path: Path, text_field: str, id_field: str | None, window: int) -> dict:
+    """Every window of the input after the finished parts, embedded and written; the summary."""
+    started, skip = time.perf_counter(), output.rows_done
+    total = count_rows(input_path)
+    reasons: Counter[str] = Counter()
+    embedded = 0
+    progress = tqdm(total=total, initial=skip, unit="text", dynamic_ncols=True, disable=None, smoothing=0.1)
+    with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as tokenizer:
+        chunks = windows(rows(input_path, text_field, id_field, skip), window)
+        ahead = tokenizer.submit(job.prepared, chunks)
+        while (prepared := ahead.result()) is not None:
+            current, texts, encoded, refused = prepared
+            ahead = tokenizer.submit(job.prepared, chunks)  # the next window tokenizes while this one computes
+            vectors = job.vectors(encoded)
+            span = (current[0].number, current[-1].number + 1)
+            output.write([row.id for row in texts], vectors, [e.tokens for e in encoded], refused, span, job.metadata)
+            reasons.update(row.problem.split(":")[0] for row in refused)
+            embedded += len(texts)
+            progress.update(len(current))
+    progress.close()
+    seconds = time.perf_counter() - started
+    summary = {
+        "resumed_after_rows": skip,
+        "embedded": embedded,
+        "rejected": sum(reasons.values()),
+        "rejected_by_reason": dict(reasons),
+        "seconds": round(seconds, 2),
+        "texts_per_s": round(embedded / seconds, 1) if seconds else None,
+    }
+    output.save(done=True, summary=summary)
+    return summary
+
+
+def dry_run(job: Job, input_path: Path, text_field: str, id_field: str | None) -> dict:
+    """The plan: rows, an estimate of the time from the first texts embedded here, and the output's size."""
+    total = count_rows(input_path)
+    sample = list(itertools.islice(rows(input_path, text_field, id_field), DRY_RUN_TEXTS))
+    texts, encoded, _ = job.tokenized(sample)
+    job.vectors(encoded[:8])  # warm-up: the first pass is the slowest
+    started = time.perf_counter()
+    job.vectors(encoded)
+    rate = len(encoded) / (time.perf_counter() - started) if encoded else None
+    dimensions = job.dimensions or job.spec.dimensions
+    return {
+        "rows": total if total is not None else "unknown (CSV: not counted ahead)",
+        "model": str(job.model.tag),
+        "backend": f"{job.backend.name} {job.backend.precision}",
+        "texts_per_s": round(rate, 1) if rate else None,
+        "estimated_s": round(total / rate) if rate and total else None,
+        "vector_bytes": total * dimensions * 4 if total else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m bulk.embed", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="text-model:latest", help="BentoML store tag of an embedder")
+    parser.add_argument("--input", required=True, type=Path, help=".jsonl, .csv or .parquet")
+    parser.add_argument("--text-field", default="text")
+    parser.add_argument("--id-field", help="default: the row's number in the input")
+    parser.add_argument("--output", required=True, type=Path, help="directory: Parquet parts, rejects, manifest.json")
+    parser.add_argument("--backend", default=settings.backend, choices=BACKENDS)
+    parser.add_argument("--prompt-name", help="one of the model's prompts; default: its default prompt, if any")
+    parser.add_argument("--dimensions", type=int, help="Matryoshka: the first N dimensions, renormalized")
+    parser.add_argument("--no-truncate", action="store_true", help="reject texts past the model's limit instead of cutting them")
+    parser.add_argument("--window", type=int, default=8192, help="rows read, tokenized and written (one part) at a time")
+    parser.add_argument("--dry-run", action="store_true", help="show the plan and a measured estimate; write nothing")
+    args = parser.parse_args(argv)
+    if not args.input.is_file():
+        raise SystemExit(f"{args.input}: no such file")
+    job = Job(args.model, args.backend, args.prompt_name, args.dimensions, not args.no_truncate)
+    if args.dry_run:
+        plan = dry_run(job, args.input, args.text_field, args.id_field)
+        print(json.dumps(plan, indent=1))
+        return plan
+    spec = {
+        "input": str(args.input.resolve()),
+        "text_field": args.text_field,
+        "id_field": args.id_field,
+        "model": str(job.model.tag),
+        "prompt": job.prompt,
+        "dimensions": args.dimensions,
+        "truncate": not args.no_truncate,
+        "window": args.window,
+    }
+    output = Output.open(args.output, spec)
+    summary = run(job, output, args.input, args.text_field, args.id_field, args.window)
+    print(json.dumps(summary, indent=1), file=sys.stderr)
+    return summary
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    main()
