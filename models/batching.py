@@ -47,6 +47,27 @@ def plan_sub_batches(lengths: Sequence[int], token_budget: int, pass_cost: int =
     return groups[::-1]
 
 
+def balanced_slices(lengths: Sequence[int], count: int) -> list[slice]:
+    """At most ``count`` contiguous slices of the rows, the largest slice's padded tokens (rows × its
+    longest row) as small as can be: the slices of one pass that run at once, one per core, finish
+    together. Found by bisecting that size, each try cut greedily (the fewest slices under it)."""
+
+    def cut(limit: int) -> list[slice]:
+        slices, start, longest = [], 0, 0
+        for end, length in enumerate(lengths):
+            if end > start and (end - start + 1) * max(longest, length) > limit:
+                slices.append(slice(start, end))
+                start, longest = end, 0
+            longest = max(longest, length)
+        return [*slices, slice(start, len(lengths))]
+
+    low, high = max(lengths), len(lengths) * max(lengths)  # one row alone; every row in one slice
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if len(cut(middle)) <= count else (middle + 1, high)
+    return cut(low)
+
+
 # A text pair's second text travels as token ids with its token type in the high bits, so that
 # one int32 array per text still carries everything (API workers → Encoder → batching); vocabularies
 # stay far below 2**24 ids.

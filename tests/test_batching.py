@@ -1,9 +1,11 @@
 """Batch assembly: length-sorted, token-budgeted sub-batches, padding bounded, order restored."""
 
+import itertools
+
 import numpy as np
 import pytest
 
-from models.batching import pad, plan_sub_batches
+from models.batching import balanced_slices, pad, plan_sub_batches
 from models.inference import run_batch, run_passes
 
 
@@ -22,6 +24,24 @@ def test_padded_size_stays_under_budget(budget):
     for group in plan_sub_batches(lengths, budget):
         padded = len(group) * max(lengths[i] for i in group)
         assert padded <= budget or len(group) == 1
+
+
+@pytest.mark.parametrize("count", [2, 3, 4])
+def test_a_pass_is_cut_into_slices_of_the_least_largest_padded_size(count):
+    """Against every way of cutting small passes: the slices cover the rows in order, and no cut into at
+    most ``count`` slices has a smaller largest slice (rows × its longest row)."""
+    rng = np.random.default_rng(count)
+    for _ in range(200):
+        lengths = sorted(rng.integers(2, 60, size=rng.integers(1, 9)).tolist())
+        slices = balanced_slices(lengths, count)
+        assert [row for part in slices for row in range(len(lengths))[part]] == list(range(len(lengths))) and len(slices) <= count
+        size = lambda parts, lengths=lengths: max((part.stop - part.start) * max(lengths[part]) for part in parts)
+        best = min(
+            size([slice(a, b) for a, b in zip((0, *cuts), (*cuts, len(lengths)))])
+            for k in range(min(count, len(lengths)))
+            for cuts in itertools.combinations(range(1, len(lengths)), k)
+        )
+        assert size(slices) == best, lengths
 
 
 def test_short_texts_do_not_pay_for_a_long_one():

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from ..batching import split_segments
+from ..batching import balanced_slices, split_segments
 from ..cpu import signed_int8_is_exact
 from ..onnx_layout import FP16, FP32, INT8, TOKEN_TYPES, external_data, has_onnx, onnx_dir
 from ..postprocess import DenseLayer, load_dense, sentence_embeddings
@@ -124,21 +124,24 @@ class OnnxBackend:
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Logits, or pooled sentence embeddings, of one padded batch."""
 
+        lengths = attention_mask.sum(axis=1)
+
         def answer(session: ort.InferenceSession, rows: slice) -> np.ndarray:
-            width = int(attention_mask[rows].sum(axis=1).max())  # right padding: the slice's longest row
+            width = int(lengths[rows].max())  # right padding: the slice's longest row
             ids, mask = input_ids[rows, :width], attention_mask[rows, :width]
             return graph_answer(self.spec, session.run(None, graph_inputs(self.spec, ids, mask))[0], mask, self.dense)
 
-        return self.streams.run(answer, len(input_ids))
+        return self.streams.run(answer, lengths)
 
 
 class Streams:
     """One padded batch through a session, on the CPU in streams: its rows cut into one contiguous
-    slice per core, each run by a single-threaded session on a thread of its own, at once.
+    slice per core of about as many padded tokens, each run by a single-threaded session on a thread
+    of its own, at once.
 
     A slice needs no synchronisation between cores, which one session's intra-op threads pay at
-    every small parallel section: 1.17-1.28x the texts/s of one session with 2 intra-op threads, for
-    23-29% less CPU (docs/design.md 9). Results do not change: every graph computes each row on
+    every small parallel section: 1.17-1.37x the texts/s of one session with 2 intra-op threads, for
+    22-30% less CPU (docs/design.md 9). Results do not change: every graph computes each row on
     its own, whatever its batch mates and padding (``models.quantize``), so each slice is also cut
     to its own longest row. A lone text cannot be cut; it gets a session with every core (``wide``).
     """
@@ -150,12 +153,12 @@ class Streams:
         self.count = wide.get_session_options().intra_op_num_threads if wide else 1
         self.pool = ThreadPoolExecutor(self.count - 1, thread_name_prefix="stream") if self.count > 1 else None
 
-    def run(self, compute: Callable[[ort.InferenceSession, slice], np.ndarray], rows: int) -> np.ndarray:
-        """``compute``'s answers for the ``rows`` rows of a batch, computed a slice of rows per stream."""
-        if self.pool is None or rows == 1:
-            return compute(self.wide or self.narrow, slice(0, rows))
-        bounds = np.linspace(0, rows, min(self.count, rows) + 1).astype(int)
-        slices = [slice(start, end) for start, end in zip(bounds[:-1], bounds[1:])]
+    def run(self, compute: Callable[[ort.InferenceSession, slice], np.ndarray], lengths: np.ndarray) -> np.ndarray:
+        """``compute``'s answers for the rows of a batch (their token ``lengths``), a slice of rows per
+        stream, the slices cut so that they carry about as many padded tokens each (``balanced_slices``)."""
+        if self.pool is None or len(lengths) == 1:
+            return compute(self.wide or self.narrow, slice(0, len(lengths)))
+        slices = balanced_slices(lengths.tolist(), self.count)
         later = [self.pool.submit(compute, self.narrow, part) for part in slices[1:]]
         return np.concatenate([compute(self.narrow, slices[0]), *(future.result() for future in later)])
 
