@@ -37,7 +37,7 @@ from models.spec import ModelSpec
 from models.tokenization import Encoded, TextTokenizer
 from serving.settings import settings
 
-from .corpus import Output, Row, count_rows, rows
+from .corpus import Output, Row, count_rows, input_format, rows
 
 logger = logging.getLogger("textbento.bulk")
 DRY_RUN_TEXTS = 256  # timed to estimate the whole job
@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file")
+    input_format(args.input)  # an unknown one is refused before the model loads
     job = Job(args.model, args.backend, args.prompt_name, args.dimensions, not args.no_truncate)
     if args.dry_run:
         plan = dry_run(job, args.input, args.text_field, args.id_field)

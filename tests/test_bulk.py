@@ -85,6 +85,16 @@ def test_a_stopped_run_resumes_after_its_last_whole_part(embed_tag, tmp_path, mo
         embed.main([*args[:-1], "32"])
 
 
+@pytest.mark.parametrize(
+    ("name", "refusal"), [("missing.jsonl", "no such file"), ("corpus.txt", "unknown input format; expected one of .csv, .json")]
+)
+def test_an_input_it_cannot_read_is_refused_with_its_reason(tmp_path, name, refusal):
+    (tmp_path / "corpus.txt").write_text("a text\n")
+    with pytest.raises(SystemExit, match=refusal):
+        embed.main(["--model", "no-model:latest", "--input", str(tmp_path / name), "--output", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_dry_run_plans_and_writes_nothing(embed_tag, tmp_path):
     corpus = tmp_path / "corpus.csv"
     with corpus.open("w", newline="") as out:

@@ -123,7 +123,6 @@ class OnnxBackend:
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Logits, or pooled sentence embeddings, of one padded batch."""
-
         lengths = attention_mask.sum(axis=1)
 
         def answer(session: ort.InferenceSession, rows: slice) -> np.ndarray:
