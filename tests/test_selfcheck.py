@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import bentoml
@@ -22,7 +24,7 @@ from onnx import numpy_helper
 import models.backends
 from models import cpu
 from models.backends import chosen, load_backend, onnx_backend, self_checked
-from models.onnx_layout import INT8, onnx_dir
+from models.onnx_layout import FP32, INT8, onnx_dir
 from models.selfcheck import MAX_FLIPPED_MASS, MEAN_COSINE, MIN_COSINE, Fidelity, agreement, self_check
 from models.spec import ModelSpec
 from tests.test_onnx import TEXTS, cosines, outputs
@@ -181,3 +183,28 @@ def test_sparse_weights_dropped_near_zero_pass_the_cosines_but_not_the_flip_gate
     assert self_check(FixedRows(reference * 1.01), FixedRows(reference), sparse, probe).passed  # rescaled: nothing flipped
     dense = ModelSpec(task="embed", max_length=16, dimensions=reference.shape[1])
     assert self_check(FixedRows(reference), FixedRows(reference), dense, probe).max_flipped_mass is None  # dense: no flip gate
+
+
+RESIDENT_AFTER_LOAD = """
+import sys
+from models.backends import load_backend
+from models.spec import ModelSpec
+import bentoml
+stored = bentoml.models.get(sys.argv[1])
+load_backend(sys.argv[2], stored.path, ModelSpec.of(stored), 2)
+print(int(open("/proc/self/statm").read().split()[1]) * 4096)
+"""
+
+
+@pytest.mark.slow  # fresh interpreters
+@pytest.mark.skipif(not Path("/proc/self/statm").is_file(), reason="reads Linux's /proc")
+def test_the_self_check_leaves_no_memory_behind(embed_tag: str):
+    """``auto`` served int8 holds the memory of int8 served by name: the fp32 graph it was checked
+    against, and the trial runs, are handed back to the system (without it: +131 MiB for MiniLM)."""
+    command = [sys.executable, "-c", RESIDENT_AFTER_LOAD, embed_tag]
+    resident = {
+        backend: int(subprocess.run([*command, backend], capture_output=True, text=True, check=True).stdout)
+        for backend in ("auto", "onnx-int8")
+    }
+    fp32_graph = (onnx_dir(bentoml.models.get(embed_tag).path) / FP32).stat().st_size
+    assert resident["auto"] - resident["onnx-int8"] < fp32_graph / 2, resident

@@ -10,6 +10,8 @@ the device at hand: both measured there, at start-up (``models.selfcheck``).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import importlib.util
 import logging
 from pathlib import Path
@@ -43,7 +45,9 @@ def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int
                     f"{model_dir} has no ONNX graphs and PyTorch is not installed; add them with: python -m train_import.export_onnx <tag>"
                 )
             return load_backend("torch", model_dir, spec, threads)
-        return checked(model_dir, spec, threads)
+        served = checked(model_dir, spec, threads)
+        release_freed_memory()
+        return served
     if name == "torch":
         from .torch_backend import TorchBackend
 
@@ -134,6 +138,16 @@ def chosen(reference: Backend, candidates: list[Backend], spec: ModelSpec, probe
     if served is reference and passed:
         logger.info("fp32 runs %.1fx the texts/s of %s here: serving fp32", speeds[reference] / speeds[passed[0]], passed[0].precision)
     return served
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free pages back to the system. glibc keeps what the self-check's graphs freed
+    as the process's own (DistilBERT's fp32 reference: 480 MiB of resident memory for nothing,
+    docs/design.md 19); elsewhere (musl, macOS) this does nothing."""
+    libc = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
+    if trim is not None:
+        trim(0)
 
 
 def missed(backend: Backend, then: str) -> None:
