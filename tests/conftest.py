@@ -176,18 +176,18 @@ def classify_tag(classifier_dir: Path) -> str:
     return result.stdout.strip()
 
 
-class Served(NamedTuple):
+class RunningServer(NamedTuple):
     url: str
     log: Path
     process: subprocess.Popen
 
 
 @contextmanager
-def served(tag: str, logs: Path, name: str, target: str = "service:TextBento", **env: str):
+def running(tag: str, logs: Path, name: str, target: str = "service:TextBento", **env: str):
     """A real `bentoml serve` of ``target`` serving ``tag``, with its log file."""
     log = logs / f"{name}.log"
     with serve(target, env={"TEXTBENTO_MODEL": tag, **env}, log_path=log) as server:
-        yield Served(server.url, log, server.process)
+        yield RunningServer(server.url, log, server.process)
 
 
 @pytest.fixture(scope="session")
@@ -197,7 +197,7 @@ def logs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def embed_server(embed_tag: str, logs: Path):
-    with served(embed_tag, logs, "embed") as server:
+    with running(embed_tag, logs, "embed") as server:
         yield server
 
 
@@ -210,5 +210,5 @@ def embed_url(embed_server) -> str:
 def classify_url(classify_tag: str, logs: Path):
     # The embeddings server runs the default backend (onnx-int8 here); this one serves torch, so
     # both runtimes answer real HTTP and the classifier's logits can be held to transformers' own.
-    with served(classify_tag, logs, "classify", TEXTBENTO_BACKEND="torch") as server:
+    with running(classify_tag, logs, "classify", TEXTBENTO_BACKEND="torch") as server:
         yield server.url

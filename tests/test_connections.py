@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from serving.settings import ENCODER_KEEP_ALIVE_S
-from tests.conftest import lone_latencies, served
+from tests.conftest import lone_latencies, running
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW_CLIENTS = 2000
@@ -69,7 +69,7 @@ async def slow_header_connection(host: str, port: int, closed_after: list[float]
 @pytest.fixture(scope="module")
 def guarded_server(embed_tag, logs):
     env = {"TEXTBENTO_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S), "TEXTBENTO_KEEP_ALIVE_S": "2"}
-    with served(embed_tag, logs, "connections", **env) as server:
+    with running(embed_tag, logs, "connections", **env) as server:
         yield server
 
 

@@ -51,7 +51,7 @@ from models.onnx_layout import FP16, FP32, INT8, has_onnx, onnx_dir
 from models.spec import ModelSpec
 from models.store import import_model, load_tokenizer
 from models.tokenization import TextTokenizer
-from tests.conftest import served
+from tests.conftest import running
 from tests.reference import assert_served_as_in_process, backend_outputs
 from tests.test_onnx import HARD_TEXTS, cosines, varied_sentences
 
@@ -427,7 +427,7 @@ def test_a_mixture_of_experts_is_stored_for_torch_and_says_so(tokenizer_dir, tmp
 def test_a_decoder_embedder_served_for_real(embedder, logs):
     model = embedder("qwen3-lasttoken")
     texts = TEXTS[:8]
-    with served(model.tag, logs, "decoder", TEXTBENTO_WORKERS="1") as server:
+    with running(model.tag, logs, "decoder", TEXTBENTO_WORKERS="1") as server:
         (card,) = requests.get(f"{server.url}/v1/models", timeout=30).json()["data"]
         response = requests.post(f"{server.url}/v1/embeddings", json={"input": texts}, timeout=60)
         document = requests.post(f"{server.url}/v1/embeddings", json={"input": texts, "prompt_name": "document"}, timeout=60)
@@ -446,7 +446,7 @@ def test_a_decoder_reranker_served_for_real(reranker, logs):
     pad_id = AutoTokenizer.from_pretrained(str(directory)).pad_token_id
     expected = transformers_logits(directory, pad_id, "right", SMALL["max_position_embeddings"])[:, 0]
     query, documents = PAIRS[0][0], [document for _, document in PAIRS]
-    with served(tag, logs, "decoder-reranker", TEXTBENTO_WORKERS="1", TEXTBENTO_BACKEND="onnx") as server:
+    with running(tag, logs, "decoder-reranker", TEXTBENTO_WORKERS="1", TEXTBENTO_BACKEND="onnx") as server:
         ranked = requests.post(f"{server.url}/v1/rerank", json={"query": query, "documents": documents[:2]}, timeout=60)
         pairs = {"inputs": [list(pair) for pair in PAIRS], "raw_scores": True}
         classified = requests.post(f"{server.url}/v1/classify", json=pairs, timeout=60)

@@ -11,7 +11,7 @@ from bentoml._internal.marshal import dispatcher
 
 from harness.load import closed_loop
 from serving.dispatch import DispatchWhenFree, dispatch_when_free
-from tests.conftest import lone_latencies, served
+from tests.conftest import lone_latencies, running
 
 
 def test_the_patched_batcher_exists_and_uses_the_fix():
@@ -40,7 +40,7 @@ def test_after_a_burst_a_lone_request_is_as_fast_as_before(embed_tag, logs):
     """A call per request (``TEXTBENTO_CALLS_IN_FLIGHT=64``: no merging in the API workers), so that
     a burst queues many calls at the Encoder, as it did before serving/coalesce.py and still can
     with many workers: the stock batcher then learns the burst's queueing as its idle wait."""
-    with served(embed_tag, logs, "dispatch", TEXTBENTO_CALLS_IN_FLIGHT="64") as server:
+    with running(embed_tag, logs, "dispatch", TEXTBENTO_CALLS_IN_FLIGHT="64") as server:
         idle = statistics.median(asyncio.run(lone_latencies(server.url, 20)))
         body = lambda i: {"input": [f"burst {i} {j}" for j in range(16)]}
         asyncio.run(closed_loop(f"{server.url}/v1/embeddings", body, concurrency=64, requests=640, deadline_s=60))

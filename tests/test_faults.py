@@ -15,7 +15,7 @@ import pytest
 
 from bench.storm import gauges, idle_levels, settled
 from harness.load import closed_loop
-from tests.conftest import eventually_ok, served
+from tests.conftest import eventually_ok, running
 
 
 def workers(process, service):
@@ -47,7 +47,7 @@ def load_while(url, action, *, after_s=3, deadline_s=15, concurrency=16):
 
 @pytest.fixture(scope="module")
 def fault_server(embed_tag, logs):
-    with served(embed_tag, logs, "faults") as server:
+    with running(embed_tag, logs, "faults") as server:
         yield server
 
 
@@ -89,7 +89,7 @@ def test_calls_dropped_before_an_answer_are_sent_again(embed_tag, logs, where, a
     (``TEXTBENTO_ENCODER_ATTEMPTS=1``), requests are lost. With 2 attempts a resend that is itself a
     7th call is lost too (1 of 300 in one run): the drops here strike resends as readily as calls."""
     env = {"TEXTBENTO_TEST_DROP_EVERY": "7", "TEXTBENTO_TEST_DROP_AT": where, "TEXTBENTO_ENCODER_ATTEMPTS": str(attempts)}
-    with served(embed_tag, logs, f"drop-{where}-{attempts}", target="tests.dropping_encoder:TextBento", **env) as server:
+    with running(embed_tag, logs, f"drop-{where}-{attempts}", target="tests.dropping_encoder:TextBento", **env) as server:
         body = lambda i: {"input": [f"text {i} {j}" for j in range(1 + i % 4)]}
         result = asyncio.run(closed_loop(f"{server.url}/v1/embeddings", body, concurrency=8, requests=300, deadline_s=90))
         log = server.log.read_text()
@@ -150,7 +150,7 @@ def test_sigterm_answers_accepted_requests_then_exits(embed_tag, logs):
             late = await one(99)
             return answers, (late[0], time.monotonic() - asked)
 
-    with served(embed_tag, logs, "drain") as server:
+    with running(embed_tag, logs, "drain") as server:
         started = time.monotonic()
         answers, late = asyncio.run(drain(server))
         server.process.wait(timeout=60)

@@ -20,7 +20,7 @@ from serving import gone
 from serving.coalesce import Coalescer
 from serving.gone import Dropped, deadline_of
 from serving.wire import ids_from_wire, ids_to_wire
-from tests.conftest import served
+from tests.conftest import running
 from tests.test_coalesce import settle
 
 # ~250 tokens each: 64 of them keep MiniLM's Encoder busy for most of a second on 2 cores.
@@ -159,7 +159,7 @@ def test_the_encoder_leaves_out_texts_given_up_or_overdue_and_answers_the_rest(m
 @pytest.fixture(scope="module")
 def url(embed_tag, logs):
     # One worker with six calls in flight: long requests in five hold the Encoder for seconds while a sixth is free.
-    with served(embed_tag, logs, "gone", TEXTBENTO_WORKERS="1", TEXTBENTO_CALLS_IN_FLIGHT="6") as server:
+    with running(embed_tag, logs, "gone", TEXTBENTO_WORKERS="1", TEXTBENTO_CALLS_IN_FLIGHT="6") as server:
         yield server.url
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import served
+from tests.conftest import running
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = str(Path(sys.executable).with_name("locust"))
@@ -31,8 +31,8 @@ def server(request, logs):
     hundreds of test_overload's one-text calls with 503 (measured in the full suite)."""
     fixtures, own, other = request.param
     tags = [request.getfixturevalue(fixture) for fixture in fixtures]
-    with served(tags[0], logs, f"locust-{request.param_index}", TEXTBENTO_MODELS=",".join(tags)) as running:
-        yield running.url, own, other
+    with running(tags[0], logs, f"locust-{request.param_index}", TEXTBENTO_MODELS=",".join(tags)) as server:
+        yield server.url, own, other
 
 
 def run_locust(url: str, reports: Path) -> dict[str, dict[str, str]]:

@@ -15,7 +15,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import check_timing_headers, served
+from tests.conftest import check_timing_headers, running
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = {
@@ -81,7 +81,7 @@ def observed(embed_tag, logs, receiver):
         "OTEL_BSP_SCHEDULE_DELAY": "200",
         "TEXTBENTO_MAX_CONCURRENCY": "2",
     }
-    with served(embed_tag, logs, "observed", **env) as server:
+    with running(embed_tag, logs, "observed", **env) as server:
         url = server.url
         answers = [
             requests.post(f"{url}/v1/embeddings", json={"input": [f"text {i} {j}" for j in range(1 + i % 3)]}, timeout=30)

@@ -6,7 +6,7 @@ import pytest
 import requests
 
 from harness.load import closed_loop
-from tests.conftest import eventually_ok, served
+from tests.conftest import eventually_ok, running
 
 
 def load(url, concurrency, requests_, deadline_s, texts=1):
@@ -26,7 +26,7 @@ def tight_url(embed_tag, logs):
     # One call per request, as without coalescing: the Encoder's batcher then queues enough calls
     # to shed some (merged calls left it 0-3 queued, and a run could end without any 503).
     env = {"TEXTBENTO_MAX_CONCURRENCY": "8", "TEXTBENTO_MAX_LATENCY_MS": "1", "TEXTBENTO_CALLS_IN_FLIGHT": "64"}
-    with served(embed_tag, logs, "tight", **env) as server:
+    with running(embed_tag, logs, "tight", **env) as server:
         yield server.url
 
 
@@ -46,7 +46,7 @@ def test_overload_messages(tight_url):
 
 @pytest.fixture(scope="module")
 def one_second_url(embed_tag, logs):
-    with served(embed_tag, logs, "timeout", TEXTBENTO_TIMEOUT_S="1") as server:
+    with running(embed_tag, logs, "timeout", TEXTBENTO_TIMEOUT_S="1") as server:
         yield server.url
 
 

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from models.store import default_model_dir
-from tests.conftest import run_import, served
+from tests.conftest import run_import, running
 
 PROMPTS = {"query": "query: ", "passage": "passage: "}
 TEXTS = ["how do I reset my password", "ok"]
@@ -26,7 +26,7 @@ def prompted(tmp_path_factory, logs):
     (directory / "config_sentence_transformers.json").write_text(json.dumps({"prompts": PROMPTS, "default_prompt_name": "query"}))
     result = run_import("--path", str(directory), "--name", "prompted")
     assert result.returncode == 0, result.stderr
-    with served(result.stdout.strip(), logs, "prompted", TEXTBENTO_BACKEND="onnx") as server:
+    with running(result.stdout.strip(), logs, "prompted", TEXTBENTO_BACKEND="onnx") as server:
         yield server.url, directory
 
 

@@ -15,7 +15,7 @@ import torch
 from transformers import AutoTokenizer, BertForSequenceClassification
 
 from harness.testmodels import build_bert_classifier
-from tests.conftest import check_timing_headers, run_import, served
+from tests.conftest import check_timing_headers, run_import, running
 
 TEXTS = ["a query and its passage", "ok", "Déjà vu: the same text twice, then a third time."]
 QUERY = "how do I reset my password"
@@ -52,14 +52,14 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def cross_encoder(cross_encoder_tag, cross_encoder_dir, logs):
-    with served(cross_encoder_tag, logs, "cross-encoder", TEXTBENTO_BACKEND="onnx") as server:
+    with running(cross_encoder_tag, logs, "cross-encoder", TEXTBENTO_BACKEND="onnx") as server:
         yield server.url, cross_encoder_dir
 
 
 @pytest.fixture(scope="module")
 def multi_label(tmp_path_factory, logs):
     directory = tmp_path_factory.mktemp("multi-label")
-    with served(build(directory, **MULTI_LABEL), logs, "multi-label", TEXTBENTO_BACKEND="onnx") as server:
+    with running(build(directory, **MULTI_LABEL), logs, "multi-label", TEXTBENTO_BACKEND="onnx") as server:
         yield server.url, directory
 
 

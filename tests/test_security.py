@@ -4,7 +4,7 @@ import openai
 import pytest
 import requests
 
-from tests.conftest import served
+from tests.conftest import running
 
 KEYS = ("first-key", "second-key")
 
@@ -14,7 +14,7 @@ def auth_url(embed_tag, logs, tmp_path_factory):
     key_file = tmp_path_factory.mktemp("keys") / "keys.txt"
     key_file.write_text(f"{KEYS[1]}\n\n")
     env = {"TEXTBENTO_API_KEYS": KEYS[0], "TEXTBENTO_API_KEYS_FILE": str(key_file), "TEXTBENTO_METRICS_PUBLIC": "false"}
-    with served(embed_tag, logs, "auth", **env) as server:
+    with running(embed_tag, logs, "auth", **env) as server:
         yield server.url
 
 

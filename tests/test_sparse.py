@@ -23,7 +23,7 @@ from models.detection import UnsupportedModel
 from models.selfcheck import MAX_FLIPPED_MASS, MEAN_COSINE, MIN_COSINE
 from models.spec import ModelSpec
 from models.store import import_model
-from tests.conftest import served
+from tests.conftest import running
 from tests.reference import backend_outputs
 from tests.test_selfcheck import drop_small_weights
 
@@ -148,12 +148,12 @@ def test_embed_sparse_served_for_real_in_teis_shape(tiny_mlm, tmp_path, logs):
     tag = str(import_model(tmp_path / "splade", name="splade-served"))
     dense = str(import_model(tiny_mlm, name="mlm-dense", onnx=False))  # the same MLM as a dense embedder
     expected = library_rows(model, TEXTS)
-    with served(tag, logs, "sparse", TEXTBENTO_WORKERS="1", TEXTBENTO_BACKEND="onnx") as server:
+    with running(tag, logs, "sparse", TEXTBENTO_WORKERS="1", TEXTBENTO_BACKEND="onnx") as server:
         answer = requests.post(f"{server.url}/embed_sparse", json={"inputs": TEXTS}, timeout=60)
         one = requests.post(f"{server.url}/embed_sparse", json={"inputs": TEXTS[0]}, timeout=60)
         wrong = requests.post(f"{server.url}/v1/embeddings", json={"input": "dense please"}, timeout=60)
         no_prompt = requests.post(f"{server.url}/embed_sparse", json={"inputs": "x", "prompt_name": "no-such-prompt"}, timeout=60)
-    with served(dense, logs, "mlm-dense", TEXTBENTO_WORKERS="1", TEXTBENTO_BACKEND="torch") as server:
+    with running(dense, logs, "mlm-dense", TEXTBENTO_WORKERS="1", TEXTBENTO_BACKEND="torch") as server:
         not_sparse = requests.post(f"{server.url}/embed_sparse", json={"inputs": "sparse please"}, timeout=60)
     assert answer.status_code == one.status_code == 200, (answer.text[:300], one.text[:300])
     vectors = answer.json()

@@ -7,12 +7,12 @@ in one run, +0.1% in the other worker)."""
 import json
 
 from bench.storm import check
-from tests.conftest import served
+from tests.conftest import running
 
 
 def test_a_storm_of_clients_giving_up_leaves_nothing_held(embed_tag, cross_encoder_tag, classify_tag, sparse_tag, logs):
     models = {"embed": embed_tag, "rerank": cross_encoder_tag, "classify": classify_tag, "sparse": sparse_tag}
-    with served(embed_tag, logs, "storm", TEXTBENTO_MODELS=",".join(models.values())) as server:
+    with running(embed_tag, logs, "storm", TEXTBENTO_MODELS=",".join(models.values())) as server:
         named = {task: tag.split(":")[0] for task, tag in models.items()}
         report = check(server, named, count=800, concurrency=64, after=200, pools_idle_s=None, rss_tolerance=None)
     print("\nstorm:", json.dumps({key: report[key] for key in ("seconds", "warm_up", "outcomes", "settled_s", "rss_change", "after")}))

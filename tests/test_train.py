@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import served
+from tests.conftest import running
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support_tickets"
@@ -138,7 +138,7 @@ def test_the_trained_classifier_is_stored_with_its_labels_and_run(classifier_tag
 
 
 def test_the_trained_classifier_is_served_with_its_new_labels(classifier_tag, logs):
-    with served(classifier_tag, logs, "trained-classifier") as server:
+    with running(classifier_tag, logs, "trained-classifier") as server:
         answer = requests.post(f"{server.url}/v1/classify", json={"inputs": ["I was charged twice for my order"], "top_k": 5}, timeout=30)
         card = requests.get(f"{server.url}/v1/models", timeout=30).json()["data"][0]
     assert answer.status_code == 200, answer.text
@@ -157,6 +157,6 @@ def test_the_embedder_trains_on_pairs_and_is_served(tmp_path, logs):
     training = bentoml.models.get(tag).info.metadata["training"]
     assert training["kind"] == "embedder" and set(training["before"]) == set(training["scores"]) == {"recall@1", "recall@5"}
     assert json.dumps(training["before"]) in result.stderr.replace("'", '"')
-    with served(tag, logs, "trained-embedder") as server:
+    with running(tag, logs, "trained-embedder") as server:
         answer = requests.post(f"{server.url}/v1/embeddings", json={"input": ["my parcel never arrived"]}, timeout=30)
     assert answer.status_code == 200 and len(answer.json()["data"][0]["embedding"]) == 384
