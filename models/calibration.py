@@ -52,8 +52,9 @@ def load_ranges(model_dir: str | Path) -> np.ndarray | None:
 
 
 def quantized(vectors: np.ndarray, kind: str, ranges: np.ndarray) -> np.ndarray:
-    """``vectors`` as ``int8`` or ``uint8``: 256 equal steps between each dimension's ends (``ranges``)."""
+    """``vectors`` as ``int8`` or ``uint8``: 256 equal steps between each dimension's ends (``ranges``),
+    each value the step it falls in, so that a text's int8 vector is its uint8 vector less 128."""
     dtype, offset = SCALES[kind]
     starts, steps = ranges[0], (ranges[1] - ranges[0]) / 255
-    levels = np.clip((vectors - starts) / np.where(steps > 0, steps, 1), 0, 255)
+    levels = np.floor(np.clip((vectors - starts) / np.where(steps > 0, steps, 1), 0, 255))
     return (levels + offset).astype(dtype)

@@ -62,26 +62,35 @@ class SingleOutput(torch.nn.Module):
 
 def broadcast_mask(
     batch_size: int,
-    cache_position: torch.Tensor,
-    kv_length: int,
+    cache_position: torch.Tensor | None = None,
+    kv_length: int = 0,
     kv_offset: int = 0,
     mask_function: Callable | None = None,
     attention_mask: torch.Tensor | None = None,
+    q_length: int | None = None,
+    q_offset: int = 0,
     **_: object,
 ) -> torch.Tensor:
-    """transformers' boolean ``[batch, 1, query, key]`` attention mask (``masking_utils.sdpa_mask``) without ``torch.vmap``.
+    """transformers' boolean ``[batch, 1, query, key]`` attention mask (``masking_utils.sdpa_mask``),
+    always built, from traced ops only.
 
-    Decoders (Qwen3, Llama, Mistral, ... in transformers 4.57) build their causal and padding mask by
-    vmapping an elementwise mask function over index grids, which the TorchScript tracer cannot follow
-    (``RuntimeError: unordered_map::at``). The functions are elementwise (``kv <= q``, ``padding[b, kv]``,
-    sliding windows), so calling them once on broadcast index grids computes the same mask, as traced ops.
+    ``sdpa_mask`` returns no mask where the example batch has no padding (the traced graph would then
+    ignore padding), and some models build theirs by vmapping an elementwise mask function over
+    index grids (decoders in transformers 4.x, Gemma 3's bidirectional mask in 5.x), which the
+    TorchScript tracer cannot follow (``RuntimeError: unordered_map::at``). The functions are
+    elementwise (``kv <= q``, ``padding[b, kv]``, sliding windows), so calling them once on broadcast
+    index grids computes the same mask. The query positions come as ``cache_position`` (4.x) or as
+    ``q_length`` and ``q_offset`` (5.x).
     """
-    from transformers.masking_utils import and_masks, causal_mask_function, padding_mask_function, prepare_padding_mask
+    from transformers.masking_utils import and_masks, causal_mask_function, padding_mask_function
 
     mask_function = mask_function or causal_mask_function
-    padding = prepare_padding_mask(attention_mask, kv_length, kv_offset, _slice=False)
-    if padding is not None:
+    if attention_mask is not None:  # padded to every key position, as sdpa_mask does
+        extra = kv_length + kv_offset - attention_mask.shape[-1]
+        padding = torch.nn.functional.pad(attention_mask, (0, extra)) if extra > 0 else attention_mask
         mask_function = and_masks(mask_function, padding_mask_function(padding))
+    if cache_position is None:
+        cache_position = torch.arange(q_length) + q_offset
     device = cache_position.device
     batch = torch.arange(batch_size, device=device)[:, None, None, None]
     head = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)

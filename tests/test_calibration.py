@@ -4,7 +4,7 @@ independent of its batch mates, and values past the ranges clipped rather than w
 
 import numpy as np
 import pytest
-from sentence_transformers.quantization import quantize_embeddings
+from sentence_transformers.util.quantization import quantize_embeddings
 
 from models.calibration import built_in_texts, quantized, ranges_of
 from models.selfcheck import PROBE_TEXTS

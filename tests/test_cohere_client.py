@@ -10,7 +10,7 @@ import cohere
 import numpy as np
 import pytest
 import requests
-from sentence_transformers.quantization import quantize_embeddings
+from sentence_transformers.util.quantization import quantize_embeddings
 from transformers import AutoTokenizer
 
 from models.calibration import load_ranges

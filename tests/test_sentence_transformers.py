@@ -73,25 +73,33 @@ def test_the_default_model_stays_within_the_gates_of_the_library(embed_tag):
     assert cosines(backend_outputs(embed_tag, "auto", HARD_TEXTS), expected).min() >= 0.99
 
 
-SENTENCE_TRANSFORMERS_6 = Path(__file__).parent / "fixtures" / "sentence_transformers_6"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def as_written_by_6(directory: Path) -> None:
-    """The configuration files of ``directory`` replaced by those sentence-transformers 6.2 wrote for
-    the same pipeline (``fixtures/sentence_transformers_6/make.py``): modules by new class paths,
-    pooling by name, ``module_input_name`` on Dense and Normalize, the length limit in the tokenizer."""
-    for path in SENTENCE_TRANSFORMERS_6.rglob("*.json"):
-        shutil.copy(path, directory / path.relative_to(SENTENCE_TRANSFORMERS_6))
+def as_written_by(directory: Path, major: int) -> None:
+    """The configuration files of ``directory`` replaced by those sentence-transformers ``major``.x wrote
+    for the same pipeline (``fixtures/make_sentence_transformers.py``). 6.x: modules by new class
+    paths, pooling by name, ``module_input_name`` on Dense and Normalize, the length limit in the
+    tokenizer; 5.x: pooling by flags, and no configuration for Normalize."""
+    written = FIXTURES / f"sentence_transformers_{major}"
+    for stale in directory.glob("[0-9]_*/config.json"):
+        if not (written / stale.relative_to(directory)).is_file():
+            stale.unlink()
+    for path in written.rglob("*.json"):
+        shutil.copy(path, directory / path.relative_to(written))
 
 
-def test_a_pipeline_saved_by_sentence_transformers_6_is_served_as_the_library_encodes(tiny_bert, tmp_path):
+@pytest.mark.parametrize("major", [5, 6])
+def test_a_pipeline_saved_by_sentence_transformers_5_or_6_is_served_as_the_library_encodes(tiny_bert, tmp_path, major):
     model = pipeline(tiny_bert, tmp_path / "st", "cls", dense=True)
-    as_written_by_6(tmp_path / "st")
-    assert '"pooling_mode": "cls"' in (tmp_path / "st" / "1_Pooling" / "config.json").read_text()
-    tag = import_model(tmp_path / "st", name="st6-cls-dense")
+    as_written_by(tmp_path / "st", major)
+    written_by = json.loads((tmp_path / "st" / "config_sentence_transformers.json").read_text())["__version__"]
+    assert written_by["sentence_transformers"].startswith(f"{major}.")
+    tag = import_model(tmp_path / "st", name=f"st{major}-cls-dense")
     spec = ModelSpec.of(bentoml.models.get(tag))
     assert (spec.pooling, spec.dense, spec.normalize, spec.dimensions, spec.max_length) == ("cls", ("tanh",), True, 16, 64)
-    expected = model.encode(TEXTS, convert_to_numpy=True)
+    expected = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS, convert_to_numpy=True)
+    assert np.abs(expected - model.encode(TEXTS, convert_to_numpy=True)).max() <= 1e-6  # the library reads both alike
     for backend in ("onnx", "torch"):
         assert np.abs(backend_outputs(str(tag), backend, TEXTS) - expected).max() <= 1e-5, backend
 
@@ -108,7 +116,7 @@ def test_a_pipeline_saved_by_sentence_transformers_6_is_served_as_the_library_en
 )
 def test_what_sentence_transformers_6_computes_differently_is_refused_by_name(tiny_bert, tmp_path, file, change, refused):
     pipeline(tiny_bert, tmp_path / "st", "cls", dense=True)
-    as_written_by_6(tmp_path / "st")
+    as_written_by(tmp_path / "st", 6)
     config = json.loads((tmp_path / "st" / file).read_text())
     (tmp_path / "st" / file).write_text(json.dumps({**config, **change}))
     with pytest.raises(UnsupportedModel, match=refused):
