@@ -26,11 +26,12 @@ from starlette.responses import Response
 
 from api import cohere_routes, tei_routes
 from api.catalog import Catalog, ServedModel
+from api.compact import by_type, refuse_unservable
 from api.errors import ERROR_RESPONSES, TEI_ROUTES, install_error_handlers
 from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CancelWhenGone, CountAnswers, JsonBodyOnly
 from api.options import prompt_for
 from api.pipeline import Pipeline
-from api.responses import base64_floats, usage
+from api.responses import usage
 from api.types import (
     ClassifyRequest,
     ClassifyResponse,
@@ -250,14 +251,13 @@ class TextBento(Pipeline):
     @app.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERROR_RESPONSES)
     async def embeddings(self, request: EmbeddingsRequest) -> Response:
         model = self.models.pick(request.model, "embed")
+        refuse_unservable(model, [request.encoding_format], request.dimensions, "encoding_format", "dimensions")
         prompt = prompt_for(model.spec, request.prompt_name, request.prompt)
         vectors, timing = await self.embed(
             model, request.input, "input", prompt=prompt, truncate=request.truncate, dimensions=request.dimensions
         )
-        encode = base64_floats if request.encoding_format == "base64" else np.ndarray.tolist
-        return self.answer(
-            model, [{"object": "embedding", "index": i, "embedding": encode(vector)} for i, vector in enumerate(vectors)], timing
-        )
+        rows = by_type(np.stack(vectors), request.encoding_format, model.ranges)
+        return self.answer(model, [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)], timing)
 
     @app.post("/v1/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
     async def rerank(self, request: RerankRequest) -> Response:

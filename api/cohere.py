@@ -16,10 +16,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from .types import Request, Text
+from .types import EmbeddingType, Request, Text
 
 InputType = Literal["search_document", "search_query", "classification", "clustering"]
-EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 # The sentence-transformers prompt names each Cohere input type maps to, the first the model has.
 PROMPT_NAMES: dict[str, tuple[str, ...]] = {
     "search_query": ("search_query", "query"),

@@ -10,15 +10,13 @@ import numpy as np
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from models.calibration import SCALES, quantized
-from models.postprocess import packed_bits
 from models.spec import ModelSpec
 
 from . import cohere
+from .compact import by_type, refuse_unservable
 from .errors import COHERE_ERROR_RESPONSES, APIError
 from .options import prompt_for
 from .pipeline import Pipeline
-from .responses import base64_floats
 from .tei_routes import ThisPipeline
 
 router = APIRouter()
@@ -27,13 +25,7 @@ router = APIRouter()
 @router.post("/v2/embed", response_model=cohere.EmbedResponse, responses=COHERE_ERROR_RESPONSES)
 async def embed(request: cohere.EmbedRequest, server: Pipeline = ThisPipeline) -> Response:
     model = server.models.pick(request.model, "embed")
-    if scalar := [kind for kind in request.embedding_types if kind in SCALES]:
-        if model.ranges is None:
-            reason = "was imported without calibration ranges; import it again to get them"
-            raise APIError(400, "invalid_request", f"embedding_types {scalar}: model {model.name!r} {reason}", "embedding_types")
-        if request.output_dimension is not None:
-            reason = "not served, the ranges are those of the whole vector"
-            raise APIError(400, "invalid_request", f"embedding_types {scalar} with output_dimension: {reason}", "output_dimension")
+    refuse_unservable(model, request.embedding_types, request.output_dimension, "embedding_types", "output_dimension")
     if request.max_tokens is not None and request.max_tokens < model.spec.max_length:
         raise APIError(
             400, "invalid_request", f"max_tokens below the model's limit ({model.spec.max_length}) is not supported", "max_tokens"
@@ -64,15 +56,3 @@ def role_prompt(spec: ModelSpec, input_type: str | None) -> str:
     """The model's prompt for the texts' role: the first of ``PROMPT_NAMES`` it has, else its default prompt."""
     name = next((name for name in cohere.PROMPT_NAMES.get(input_type or "", ()) if name in spec.prompts), None)
     return prompt_for(spec, name, None)
-
-
-def by_type(rows: np.ndarray, kind: str, ranges: np.ndarray | None) -> list:
-    """The rows as Cohere's ``kind``: floats, int8/uint8 on the model's ranges, packed sign bits, or
-    base64 of little-endian float32."""
-    if kind == "float":
-        return rows.tolist()
-    if kind == "base64":
-        return [base64_floats(row) for row in rows]
-    if kind in SCALES:
-        return quantized(rows, kind, ranges).tolist()
-    return packed_bits(rows, signed=kind == "binary").tolist()

@@ -37,6 +37,10 @@ Inputs = Annotated[
 ]
 
 
+# A vector's type in an answer (``api/compact.py``): Cohere's ``embedding_types``, OpenAI's ``encoding_format``.
+EmbeddingType = Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]
+
+
 class Request(BaseModel):
     """Base of every request body: unknown fields are errors."""
 
@@ -87,7 +91,9 @@ class EmbeddingsRequest(Request):
 
     input: Texts
     model: str | None = None
-    encoding_format: Literal["float", "base64"] = "float"
+    encoding_format: EmbeddingType = Field(
+        "float", description="float; base64 of little-endian float32; int8 or uint8 on the model's ranges; binary or ubinary: packed signs"
+    )
     dimensions: Annotated[int, Field(ge=1)] | None = Field(
         None, description="fewer than the model's: the first ones, unit length again (Matryoshka models)"
     )
@@ -98,11 +104,11 @@ class EmbeddingsRequest(Request):
 
 
 class Embedding(BaseModel):
-    """One vector; a base64 string of little-endian float32 when ``encoding_format`` is base64."""
+    """One vector in the request's ``encoding_format``: floats, integers, or a base64 string of little-endian float32."""
 
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float] | str
+    embedding: list[float] | list[int] | str
 
 
 class EmbeddingsResponse(BaseModel):

@@ -1,0 +1,38 @@
+"""Embeddings in the type a request asks for: floats, base64 of little-endian float32, int8/uint8 on
+the ranges stored with the model at import (``models.calibration``: a text's bytes never depend on
+its batch mates), or its signs as packed bits, as sentence-transformers' ``quantize_embeddings``
+makes each. Cohere's ``embedding_types`` and OpenAI's ``encoding_format`` both name them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.calibration import SCALES, quantized
+from models.postprocess import packed_bits
+
+from .catalog import ServedModel
+from .errors import APIError
+from .responses import base64_floats
+
+
+def refuse_unservable(model: ServedModel, kinds: list[str], dimensions: int | None, kinds_field: str, dimensions_field: str) -> None:
+    """400 for int8/uint8 that cannot be served: a model imported without ranges, or fewer dimensions
+    than the ranges were measured on."""
+    if scalar := [kind for kind in kinds if kind in SCALES]:
+        if model.ranges is None:
+            reason = "was imported without calibration ranges; import it again to get them"
+            raise APIError(400, "invalid_request", f"{kinds_field} {scalar}: model {model.name!r} {reason}", kinds_field)
+        if dimensions is not None:
+            reason = "not served, the ranges are those of the whole vector"
+            raise APIError(400, "invalid_request", f"{kinds_field} {scalar} with {dimensions_field}: {reason}", dimensions_field)
+
+
+def by_type(rows: np.ndarray, kind: str, ranges: np.ndarray | None) -> list:
+    """The rows as ``kind``, one list (or base64 string) per row."""
+    if kind == "float":
+        return rows.tolist()
+    if kind == "base64":
+        return [base64_floats(row) for row in rows]
+    if kind in SCALES:
+        return quantized(rows, kind, ranges).tolist()
+    return packed_bits(rows, signed=kind == "binary").tolist()
