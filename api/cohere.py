@@ -5,7 +5,8 @@ error shape, ``{"id", "message"}``.
 Differences, each on purpose: texts only (``images`` and ``inputs`` are refused, 422 naming them);
 ``model`` may be left out (the first embedder served); ``input_type`` picks the model's
 sentence-transformers prompt for that role (``PROMPT_NAMES``), the model's default prompt where it
-has none; ``max_tokens`` below the model's limit is refused (400) rather than applied; ``int8`` and
+has none; ``max_tokens`` past the model's limit means the limit, and one that leaves no room beside
+the special tokens is refused (400); ``int8`` and
 ``uint8`` are computed on ranges measured at import (``models.calibration``), so a model imported
 without them, or asked for fewer dimensions, is refused them (400).
 """

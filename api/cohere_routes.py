@@ -26,10 +26,9 @@ router = APIRouter()
 async def embed(request: cohere.EmbedRequest, server: Pipeline = ThisPipeline) -> Response:
     model = server.models.pick(request.model, "embed")
     refuse_unservable(model, request.embedding_types, request.output_dimension, "embedding_types", "output_dimension")
-    if request.max_tokens is not None and request.max_tokens < model.spec.max_length:
-        raise APIError(
-            400, "invalid_request", f"max_tokens below the model's limit ({model.spec.max_length}) is not supported", "max_tokens"
-        )
+    if request.max_tokens is not None and request.max_tokens <= model.tokenizer.special_tokens:
+        reason = f"leaves no room for text beside the model's {model.tokenizer.special_tokens} special tokens"
+        raise APIError(400, "invalid_request", f"max_tokens {request.max_tokens} {reason}", "max_tokens")
     vectors, timing = await server.embed(
         model,
         request.texts,
@@ -38,6 +37,7 @@ async def embed(request: cohere.EmbedRequest, server: Pipeline = ThisPipeline) -
         truncate=request.truncate != "NONE",
         dimensions=request.output_dimension,
         cut="left" if request.truncate == "START" else "right",
+        max_tokens=request.max_tokens,
     )
     rows = np.stack(vectors)
     embeddings = {kind: by_type(rows, kind, model.ranges) for kind in dict.fromkeys(request.embedding_types)}

@@ -35,10 +35,11 @@ class Pipeline:
     models: Catalog
 
     async def run(
-        self, model: ServedModel, texts: list[TextInput], truncate: bool, param: str, cut: str = "right"
+        self, model: ServedModel, texts: list[TextInput], truncate: bool, param: str, cut: str = "right", max_tokens: int | None = None
     ) -> tuple[list[Encoded], list[np.ndarray], Timing]:
-        """Check, tokenize off the event loop, then encode; the texts share calls to the model's Encoder
-        with other requests' texts. Timed for the answer's headers."""
+        """Check, tokenize off the event loop (in at most ``max_tokens`` a text, the model's limit
+        without it), then encode; the texts share calls to the model's Encoder with other requests'
+        texts. Timed for the answer's headers."""
         check_sizes(texts, param, settings.max_inputs, settings.max_chars)
         timing = Timing(model=model.name, texts=len(texts))
         # The request's deadline (serving/gone.py) travels with its texts; work past it is not started.
@@ -49,10 +50,10 @@ class Pipeline:
         try:
             with model.admitted():
                 async with asyncio.timeout(due - time.time()):
-                    encoded = await asyncio.to_thread(model.tokenizer.encode, texts, cut)
+                    encoded = await asyncio.to_thread(model.tokenizer.encode, texts, cut, max_tokens)
                     timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
                     if not truncate:
-                        refuse_truncated(encoded, param, model.spec.max_length)
+                        refuse_truncated(encoded, param, min(max_tokens or model.spec.max_length, model.spec.max_length))
                     wire = ids_to_wire([e.ids for e in encoded], key, due)
                     carried = await model.calls.submit(wire, abandoned=lambda: model.forget(key), within_s=due - time.time())
         except TimeoutError:
@@ -65,11 +66,20 @@ class Pipeline:
         return encoded, rows_from_wire([row for row, _ in carried]), timing
 
     async def embed(
-        self, model: ServedModel, texts: list[str], param: str, *, prompt: str, truncate: bool, dimensions: int | None, cut: str = "right"
+        self,
+        model: ServedModel,
+        texts: list[str],
+        param: str,
+        *,
+        prompt: str,
+        truncate: bool,
+        dimensions: int | None,
+        cut: str = "right",
+        max_tokens: int | None = None,
     ) -> tuple[list[np.ndarray], Timing]:
         """Sentence embeddings of ``texts`` with ``prompt`` before each, cut to ``dimensions``."""
         check_dimensions(model.spec, dimensions)
-        _, vectors, timing = await self.run(model, [prompt + text for text in texts], truncate, param, cut)
+        _, vectors, timing = await self.run(model, [prompt + text for text in texts], truncate, param, cut, max_tokens)
         return [truncate_dimensions(vector, dimensions, model.spec.normalize) for vector in vectors], timing
 
     async def relevance(

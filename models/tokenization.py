@@ -56,14 +56,36 @@ class TextTokenizer:
             backend.enable_truncation(self.max_length, direction=direction)
         return backend
 
-    def encode(self, texts: Sequence[TextInput], cut: Literal["right", "left"] = "right") -> list[Encoded]:
-        """Texts and pairs alike; a pair is truncated longest text first, as transformers does."""
+    @property
+    def special_tokens(self) -> int:
+        """How many special tokens the tokenizer adds to a single text."""
+        return self._backend.num_special_tokens_to_add(False)
+
+    def encode(self, texts: Sequence[TextInput], cut: Literal["right", "left"] = "right", max_tokens: int | None = None) -> list[Encoded]:
+        """Texts and pairs alike; a pair is truncated longest text first, as transformers does.
+        ``max_tokens`` below the model's limit cuts single texts shorter (special tokens included)."""
+        if max_tokens is not None and max_tokens < self.max_length:
+            return self.encode_shorter(texts, cut, max_tokens)
         encoded = []
         for text, encoding in zip(texts, self.cutting(cut).encode_batch(list(texts))):
             ids = np.asarray(encoding.ids, dtype=np.int32)
             if isinstance(text, tuple):
                 ids = with_segments(ids, np.asarray(encoding.type_ids, dtype=np.int32))
             encoded.append(Encoded(ids, bool(encoding.overflowing)))
+        return encoded
+
+    def encode_shorter(self, texts: Sequence[TextInput], cut: Literal["right", "left"], max_tokens: int) -> list[Encoded]:
+        """Single texts in at most ``max_tokens``: cut as the Rust tokenizer cuts (the text's own
+        tokens first, then its special tokens added), with no tokenizer made per limit."""
+        if any(isinstance(text, tuple) for text in texts):
+            raise ValueError("a token limit below the model's applies to single texts only")
+        backend = self.cutting(None)
+        room = max(max_tokens - self.special_tokens, 0)
+        encoded = []
+        for encoding in backend.encode_batch(list(texts), add_special_tokens=False):
+            truncated = len(encoding.ids) > room
+            encoding.truncate(room, direction=cut)
+            encoded.append(Encoded(np.asarray(backend.post_process(encoding).ids, dtype=np.int32), truncated))
         return encoded
 
     def tokens(self, texts: Sequence[str], add_special_tokens: bool) -> list[list[Token]]:

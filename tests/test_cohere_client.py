@@ -10,6 +10,7 @@ import cohere
 import numpy as np
 import pytest
 import requests
+from sentence_transformers import SentenceTransformer
 from sentence_transformers.util.quantization import quantize_embeddings
 from transformers import AutoTokenizer
 
@@ -58,6 +59,21 @@ def test_cohere_output_dimension_and_truncation(embed_url):
     assert refused.value.status_code == 413 and "256" in refused.value.body["message"]
 
 
+def test_cohere_max_tokens_cuts_each_text_as_the_library_would(embed_url):
+    """``max_tokens`` below the model's limit: the tokens billed and the vectors of sentence-transformers
+    reading 16 tokens a text; a text already shorter is unchanged."""
+    texts = [TEXTS[0], "word " * 40]
+    response = client(embed_url).embed(model="minilm", texts=texts, input_type="search_query", max_tokens=16)
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
+    assert response.meta.billed_units.input_tokens == sum(len(ids) for ids in tokenizer(texts, truncation=True, max_length=16)["input_ids"])
+    library = SentenceTransformer(str(default_model_dir()), device="cpu")
+    library.max_seq_length = 16
+    expected, served = library.encode(texts, convert_to_numpy=True), np.array(response.embeddings.float_)
+    assert ((served * expected).sum(axis=1) >= 0.99).all()  # int8 served, as everywhere (tests/test_onnx.py's gate)
+    whole = np.array(client(embed_url).embed(model="minilm", texts=texts, input_type="search_query").embeddings.float_)
+    assert np.allclose(served[0], whole[0], atol=1e-6) and (served[1] * whole[1]).sum() < 0.999
+
+
 BAD = [
     # (name, body, status, what the message names)
     ("no texts", {"texts": []}, 422, "texts"),
@@ -66,7 +82,7 @@ BAD = [
     ("unknown input_type", {"texts": ["ok"], "input_type": "image"}, 422, "input_type"),
     ("unknown embedding type", {"texts": ["ok"], "embedding_types": ["int4"]}, 422, "embedding_types.0"),
     ("int8 of fewer dimensions", {"texts": ["ok"], "embedding_types": ["int8"], "output_dimension": 64}, 400, "output_dimension"),
-    ("max_tokens below the limit", {"texts": ["ok"], "max_tokens": 16}, 400, "max_tokens"),
+    ("max_tokens of special tokens only", {"texts": ["ok"], "max_tokens": 2}, 400, "max_tokens"),
     ("too many dimensions", {"texts": ["ok"], "output_dimension": 1024}, 400, "384"),
     ("unknown model", {"texts": ["ok"], "model": "embed-v4.0"}, 404, "embed-v4.0"),
 ]

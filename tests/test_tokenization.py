@@ -1,10 +1,16 @@
 """Tokenization matches transformers' own, truncates at max_length and says so."""
 
+from pathlib import Path
+
 import numpy as np
+import pytest
+from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
 from models.store import default_model_dir
 from models.tokenization import TextTokenizer
+
+TRANSFORMERS_5_TOKENIZER = Path(__file__).parent / "fixtures" / "transformers_5_tokenizer"
 
 
 def test_matches_transformers_and_reports_truncation():
@@ -23,3 +29,19 @@ def test_exactly_max_length_is_not_truncated():
     tokenizer = TextTokenizer(default_model_dir(), max_length=6)
     (encoded,) = tokenizer.encode(["one two three four"])  # [CLS] + 4 words + [SEP]
     assert encoded.tokens == 6 and not encoded.truncated
+
+
+@pytest.mark.parametrize("model_dir", [default_model_dir(), TRANSFORMERS_5_TOKENIZER], ids=["wordpiece", "byte-level-bpe"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_a_shorter_limit_cuts_as_the_tokenizer_cut_to_it_would(model_dir, side):
+    """``max_tokens`` below the model's limit: the ids a tokenizer made for that limit gives, special
+    tokens kept (WordPiece's [CLS] and [SEP], a byte-level BPE's appended EOS)."""
+    texts = ["a short one", "word " * 40, "déjà vu 🙂 42 " * 5]
+    tokenizer = TextTokenizer(model_dir, max_length=64)
+    for limit in (tokenizer.special_tokens + 1, 8, 63):
+        reference = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+        reference.no_padding()
+        reference.enable_truncation(limit, direction=side)
+        shorter = tokenizer.encode(texts, side, max_tokens=limit)
+        assert [e.ids.tolist() for e in shorter] == [e.ids for e in reference.encode_batch(texts)], limit
+        assert [e.truncated for e in shorter] == [len(e.ids) > limit for e in tokenizer.encode(texts, side, max_tokens=None)], limit
