@@ -33,7 +33,7 @@ def test_embeddings_accepts_openai_fields_and_rejects_unknown_formats():
     request = EmbeddingsRequest(input="x", model="m", encoding_format="base64", user="u", dimensions=384)
     assert request.encoding_format == "base64"
     with pytest.raises(ValidationError):
-        EmbeddingsRequest(input="x", encoding_format="int8")
+        EmbeddingsRequest(input="x", encoding_format="int4")
 
 
 def test_sentiment_needs_text():
