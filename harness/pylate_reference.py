@@ -1,0 +1,81 @@
+"""PyLate 1.6, the library users know for multi-vector (ColBERT) models, as the reference they are held to.
+
+PyLate 1.6 needs sentence-transformers 5.3 (it fails on 6.x, which the project runs), so it lives in a
+directory of its own, ``<venv>/pylate`` (``requirements-pylate.txt``, installed by ``make venv``), and
+runs in a subprocess with that directory first on ``PYTHONPATH``: this file is also that subprocess's
+script (``python harness/pylate_reference.py build|encode``), which imports nothing of the project.
+
+- ``build_colbert``: a PyLate ColBERT on a (random-weight) encoder, saved by PyLate itself.
+- ``encode``: the token vectors of queries and documents, and each query's MaxSim score with each
+  document (``pylate.scores.colbert_scores``, one pair at a time: no padding in the way).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PYLATE = Path(sys.prefix) / "pylate"
+
+
+def run(*args: str, stdin: str = "") -> str:
+    """This script with ``args`` under PyLate's stack; its stdout."""
+    env = {**os.environ, "PYTHONPATH": str(PYLATE), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if not (PYLATE / "pylate").is_dir():
+        raise RuntimeError(f"PyLate is not installed in {PYLATE}: make venv (requirements-pylate.txt)")
+    result = subprocess.run([sys.executable, __file__, *args], input=stdin, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"PyLate reference failed: {result.stderr[-3000:]}")
+    return result.stdout
+
+
+def build_colbert(directory: Path, encoder_dir: Path, dimensions: int = 16, **settings) -> Path:
+    """A PyLate ColBERT of the encoder in ``encoder_dir`` and a Dense projection to ``dimensions`` (no bias,
+    drawn from seed 0), with PyLate's ``settings`` (``query_length``, ``document_length``, ...), saved in ``directory``."""
+    run("build", str(directory), str(encoder_dir), str(dimensions), json.dumps(settings))
+    return directory
+
+
+def encode(model_dir: Path, queries: list[str], documents: list[str], output: Path) -> dict:
+    """PyLate's token vectors (``queries``, ``documents``: a list of ``[tokens, dim]`` arrays each) and
+    ``scores`` (``[queries, documents]``) of the ColBERT in ``model_dir``."""
+    import numpy as np
+
+    run("encode", str(model_dir), str(output), stdin=json.dumps({"queries": queries, "documents": documents}))
+    with np.load(output) as arrays:
+        return {
+            "queries": [arrays[f"q{i}"] for i in range(len(queries))],
+            "documents": [arrays[f"d{i}"] for i in range(len(documents))],
+            "scores": arrays["scores"],
+        }
+
+
+def _build(directory: str, encoder_dir: str, dimensions: str, settings: str) -> None:
+    import torch
+    from pylate import models
+    from sentence_transformers.models import Transformer
+
+    torch.manual_seed(0)
+    encoder = Transformer(encoder_dir)
+    dense = models.Dense(encoder.get_word_embedding_dimension(), int(dimensions), bias=False)
+    models.ColBERT(modules=[encoder, dense], device="cpu", **json.loads(settings)).save(directory)
+
+
+def _encode(model_dir: str, output: str) -> None:
+    import numpy as np
+    from pylate import models, scores
+
+    texts = json.loads(sys.stdin.read())
+    model = models.ColBERT(model_dir, device="cpu")
+    queries = model.encode(texts["queries"], is_query=True, batch_size=8)
+    documents = model.encode(texts["documents"], is_query=False, batch_size=8)
+    matrix = [[float(scores.colbert_scores(query[None], document[None])[0, 0]) for document in documents] for query in queries]
+    arrays = {**{f"q{i}": v for i, v in enumerate(queries)}, **{f"d{i}": v for i, v in enumerate(documents)}}
+    np.savez(output, scores=np.array(matrix, dtype=np.float32), **arrays)
+
+
+if __name__ == "__main__":
+    {"build": _build, "encode": _encode}[sys.argv[1]](*sys.argv[2:])
