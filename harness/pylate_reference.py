@@ -5,7 +5,8 @@ directory of its own, ``<venv>/pylate`` (``requirements-pylate.txt``, installed 
 runs in a subprocess with that directory first on ``PYTHONPATH``: this file is also that subprocess's
 script (``python harness/pylate_reference.py build|encode``), which imports nothing of the project.
 
-- ``build_colbert``: a PyLate ColBERT on a (random-weight) encoder, saved by PyLate itself.
+- ``build_colbert``: a PyLate ColBERT on a (random-weight) encoder, saved by PyLate itself; with texts,
+  their ``encode`` in the same subprocess (PyLate's stack takes seconds to import).
 - ``encode``: the token vectors of queries and documents, and each query's MaxSim score with each
   document (``pylate.scores.colbert_scores``, one pair at a time: no padding in the way).
 """
@@ -32,19 +33,27 @@ def run(*args: str, stdin: str = "") -> str:
     return result.stdout
 
 
-def build_colbert(directory: Path, encoder_dir: Path, dimensions: int = 16, **settings) -> Path:
+def build_colbert(
+    directory: Path, encoder_dir: Path, dimensions: int = 16, texts: tuple[list[str], list[str]] | None = None, **settings
+) -> dict | None:
     """A PyLate ColBERT of the encoder in ``encoder_dir`` and a Dense projection to ``dimensions`` (no bias,
-    drawn from seed 0), with PyLate's ``settings`` (``query_length``, ``document_length``, ...), saved in ``directory``."""
-    run("build", str(directory), str(encoder_dir), str(dimensions), json.dumps(settings))
-    return directory
+    drawn from seed 0), with PyLate's ``settings`` (``query_length``, ``document_length``, ...), saved in
+    ``directory``; with ``texts`` (queries, documents), what ``encode`` gives for them."""
+    output = directory.parent / f"{directory.name}-pylate.npz"
+    run("build", str(directory), str(encoder_dir), str(dimensions), json.dumps(settings), str(output), stdin=json.dumps(texts))
+    return read(output, *texts) if texts else None
 
 
 def encode(model_dir: Path, queries: list[str], documents: list[str], output: Path) -> dict:
     """PyLate's token vectors (``queries``, ``documents``: a list of ``[tokens, dim]`` arrays each) and
     ``scores`` (``[queries, documents]``) of the ColBERT in ``model_dir``."""
+    run("encode", str(model_dir), str(output), stdin=json.dumps([queries, documents]))
+    return read(output, queries, documents)
+
+
+def read(output: Path, queries: list[str], documents: list[str]) -> dict:
     import numpy as np
 
-    run("encode", str(model_dir), str(output), stdin=json.dumps({"queries": queries, "documents": documents}))
     with np.load(output) as arrays:
         return {
             "queries": [arrays[f"q{i}"] for i in range(len(queries))],
@@ -53,7 +62,7 @@ def encode(model_dir: Path, queries: list[str], documents: list[str], output: Pa
         }
 
 
-def _build(directory: str, encoder_dir: str, dimensions: str, settings: str) -> None:
+def _build(directory: str, encoder_dir: str, dimensions: str, settings: str, output: str) -> None:
     import torch
     from pylate import models
     from sentence_transformers.models import Transformer
@@ -62,16 +71,20 @@ def _build(directory: str, encoder_dir: str, dimensions: str, settings: str) -> 
     encoder = Transformer(encoder_dir)
     dense = models.Dense(encoder.get_word_embedding_dimension(), int(dimensions), bias=False)
     models.ColBERT(modules=[encoder, dense], device="cpu", **json.loads(settings)).save(directory)
+    _encode(directory, output)
 
 
 def _encode(model_dir: str, output: str) -> None:
+    """What ``models.ColBERT(model_dir)`` (loaded as users load it) gives for the texts on stdin, if any."""
     import numpy as np
     from pylate import models, scores
 
-    texts = json.loads(sys.stdin.read())
+    texts = json.loads(sys.stdin.read() or "null")
+    if not texts:
+        return
     model = models.ColBERT(model_dir, device="cpu")
-    queries = model.encode(texts["queries"], is_query=True, batch_size=8)
-    documents = model.encode(texts["documents"], is_query=False, batch_size=8)
+    queries = model.encode(texts[0], is_query=True, batch_size=8)
+    documents = model.encode(texts[1], is_query=False, batch_size=8)
     matrix = [[float(scores.colbert_scores(query[None], document[None])[0, 0]) for document in documents] for query in queries]
     arrays = {**{f"q{i}": v for i, v in enumerate(queries)}, **{f"d{i}": v for i, v in enumerate(documents)}}
     np.savez(output, scores=np.array(matrix, dtype=np.float32), **arrays)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import requests
 
-from harness.pylate_reference import build_colbert, encode
+from harness.pylate_reference import build_colbert
 from harness.testmodels import build_tiny_bert
 from models.backends import load_backend, onnx_backend, self_checked
 from models.detection import UnsupportedModel
@@ -44,14 +44,22 @@ DOCUMENTS = [
 
 
 @pytest.fixture(scope="module")
-def colbert_dir(tmp_path_factory) -> Path:
+def built(tmp_path_factory) -> tuple[Path, dict]:
+    """The ColBERT's directory, and what PyLate gives for the texts (one subprocess for both)."""
     root = tmp_path_factory.mktemp("colbert")
-    return build_colbert(root / "colbert", build_tiny_bert(root / "bert"), query_length=QUERY_LENGTH, document_length=DOCUMENT_LENGTH)
+    bert = build_tiny_bert(root / "bert")
+    texts = (QUERIES, DOCUMENTS)
+    return root / "colbert", build_colbert(root / "colbert", bert, texts=texts, query_length=QUERY_LENGTH, document_length=DOCUMENT_LENGTH)
 
 
 @pytest.fixture(scope="module")
-def reference(colbert_dir, tmp_path_factory) -> dict:
-    return encode(colbert_dir, QUERIES, DOCUMENTS, tmp_path_factory.mktemp("pylate") / "reference.npz")
+def colbert_dir(built) -> Path:
+    return built[0]
+
+
+@pytest.fixture(scope="module")
+def reference(built) -> dict:
+    return built[1]
 
 
 @pytest.fixture(scope="module")
