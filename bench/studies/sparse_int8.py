@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.studies import alternated_rates
+
 TOP_K = 32
 SPARSITY = 0.01
 
@@ -129,13 +131,7 @@ def measure(shape: str, root: Path, texts: list[str], rounds: int) -> dict:
     auto = load_backend("auto", stored.path, spec, settings.runner_threads)
     report["auto"] = {"served": f"{auto.name} {auto.precision}", "fidelity": auto.fidelity.as_dict()}
     ids = [e.ids for e in tokenizer.encode(texts)]
-    best = dict.fromkeys(backends, 0.0)
-    for _ in range(rounds):  # alternated, so that a noisy neighbour slows both
-        for graph, backend in backends.items():
-            started = time.perf_counter()
-            for start in range(0, len(ids), 32):
-                run_batch(backend, ids[start : start + 32], spec.pad_id, settings.token_budget)
-            best[graph] = max(best[graph], len(ids) / (time.perf_counter() - started))
+    best = alternated_rates(backends, ids, spec.pad_id, settings.token_budget, rounds)
     report["sentences_per_s"] = {graph: round(rate, 1) for graph, rate in best.items()}
     report["int8_over_fp32"] = round(best["int8"] / best["fp32"], 2)
     report["tokens_per_text"] = round(sum(len(i) for i in ids) / len(ids), 1)
