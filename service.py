@@ -1,4 +1,4 @@
-"""textbento: Hugging Face text models over HTTP: classifiers, rerankers, dense and sparse embedders.
+"""textbento: Hugging Face text models over HTTP: classifiers, rerankers, dense, sparse and multi-vector embedders.
 
     client ─JSON─▶ TextBento × N workers ──────────────────────▶ Encoder × 1 per served model
                    validate (pydantic), pick the model           adaptive batching across requests
