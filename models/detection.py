@@ -410,8 +410,11 @@ def detect_spec(
         )
     if colbert:
         raise UnsupportedModel(f"a PyLate ColBERT model gives a vector per token: import it with --task multivector (or auto), not {task}")
-    if task == "multivector":
-        raise UnsupportedModel("--task multivector needs a PyLate ColBERT model (config_sentence_transformers.json: model_type ColBERT)")
+    if task == "multivector" or "HF_ColBERT" in (config.architectures or []):
+        raise UnsupportedModel(
+            "a multi-vector model is served as PyLate saves a ColBERT (config_sentence_transformers.json: model_type ColBERT); "
+            "a Stanford ColBERT checkpoint (HF_ColBERT) can be loaded with pylate.models.ColBERT and saved with its save()"
+        )
     detected = "sparse" if sparse and task == "auto" else detect_task(config, task)  # its architecture was checked first (store)
     if detected == "sparse" and not sparse:
         raise UnsupportedModel("--task sparse needs a sentence-transformers SparseEncoder (modules.json: MLMTransformer + SpladePooling)")

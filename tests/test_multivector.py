@@ -11,6 +11,8 @@ and MaxSim on ``/v1/rerank`` and TEI's ``/rerank``.
 from __future__ import annotations
 
 import base64
+import json
+import shutil
 from pathlib import Path
 
 import bentoml
@@ -140,9 +142,16 @@ def test_auto_serves_int8_through_the_maxsim_gate(colbert_tag):
 def test_what_is_not_a_pylate_colbert_is_refused(colbert_dir, tmp_path):
     with pytest.raises(UnsupportedModel, match="import it with --task multivector"):
         import_model(colbert_dir, name="colbert-as-embed", task="embed", onnx=False)
-    with pytest.raises(UnsupportedModel, match="--task multivector needs a PyLate ColBERT"):
+    with pytest.raises(UnsupportedModel, match="served as PyLate saves a ColBERT"):
         import_model(Path(colbert_dir).parent / "bert", name="bert-as-colbert", task="multivector", onnx=False)
-    assert not [model for model in bentoml.models.list() if model.tag.name in ("colbert-as-embed", "bert-as-colbert")]
+    # A Stanford checkpoint (its Dense weights beside the encoder's, no PyLate files) is not an embedder either.
+    stanford = tmp_path / "stanford"
+    shutil.copytree(Path(colbert_dir).parent / "bert", stanford)
+    config = json.loads((stanford / "config.json").read_text())
+    (stanford / "config.json").write_text(json.dumps({**config, "architectures": ["HF_ColBERT"]}))
+    with pytest.raises(UnsupportedModel, match="Stanford ColBERT checkpoint"):
+        import_model(stanford, name="stanford", onnx=False)
+    assert not [model for model in bentoml.models.list() if model.tag.name in ("colbert-as-embed", "bert-as-colbert", "stanford")]
 
 
 @pytest.fixture(scope="module")
