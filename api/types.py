@@ -167,9 +167,10 @@ class ModelCard(BaseModel):
 
 # How a multi-vector model reads a text: as a query (its prefix, expanded to the query length) or a
 # document (its prefix, its skiplist's tokens left out); Cohere's names for them are taken too.
+COHERE_INPUT_TYPES = {"search_query": "query", "search_document": "document"}
 InputType = Annotated[
     Literal["query", "document"],
-    BeforeValidator(lambda value: {"search_query": "query", "search_document": "document"}.get(value, value)),
+    BeforeValidator(lambda value: COHERE_INPUT_TYPES.get(value, value) if isinstance(value, str) else value),
 ]
 
 
