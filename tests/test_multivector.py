@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import requests
 
-from harness.pylate_reference import build_colbert
+from harness.pylate_reference import build_colberts
 from harness.testmodels import build_tiny_bert
 from models.backends import load_backend, self_checked
 from models.detection import UnsupportedModel
@@ -46,23 +46,40 @@ DOCUMENTS = [
 ]
 
 
+# PyLate's other settings, each a model of its own: expansion tokens attended to and no prefixes; no
+# expansion, Stanford's prefixes (tokens of the vocabulary already) and a skiplist of words.
+VARIANTS = {
+    "colbert": {},
+    "attending": {"attend_to_expansion_tokens": True, "query_prefix": "", "document_prefix": ""},
+    "unexpanded": {
+        "do_query_expansion": False,
+        "query_prefix": "[unused0]",
+        "document_prefix": "[unused1]",
+        "skiplist_words": ["fox", "."],
+    },
+}
+
+
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[Path, dict]:
-    """The ColBERT's directory, and what PyLate gives for the texts (one subprocess for both)."""
+def built(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
+    """The directory of each variant's ColBERT, and what PyLate gives for the texts (one subprocess for all)."""
     root = tmp_path_factory.mktemp("colbert")
     bert = build_tiny_bert(root / "bert")
-    texts = (QUERIES, DOCUMENTS)
-    return root / "colbert", build_colbert(root / "colbert", bert, texts=texts, query_length=QUERY_LENGTH, document_length=DOCUMENT_LENGTH)
+    lengths = {"query_length": QUERY_LENGTH, "document_length": DOCUMENT_LENGTH}
+    references = build_colberts(
+        bert, {root / name: {**lengths, **settings} for name, settings in VARIANTS.items()}, texts=(QUERIES, DOCUMENTS)
+    )
+    return root, {directory.name: reference for directory, reference in references.items()}
 
 
 @pytest.fixture(scope="module")
 def colbert_dir(built) -> Path:
-    return built[0]
+    return built[0] / "colbert"
 
 
 @pytest.fixture(scope="module")
 def reference(built) -> dict:
-    return built[1]
+    return built[1]["colbert"]
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +134,19 @@ def test_a_pylate_colbert_imports_with_its_settings(colbert_tag, reference):
 @pytest.mark.parametrize("backend", ["torch", "onnx"])
 def test_token_vectors_and_maxsim_are_pylates(colbert_tag, reference, backend):
     assert_as_pylate(in_process(colbert_tag, backend), reference)
+
+
+@pytest.mark.parametrize("variant", ["attending", "unexpanded"])
+def test_pylates_other_settings_too(built, variant):
+    root, references = built
+    tag = str(import_model(root / variant, name=variant))
+    spec = ModelSpec.of(bentoml.models.get(tag))
+    if variant == "attending":
+        assert (spec.query_prefix_id, spec.document_prefix_id, spec.attend_to_expansion) == (None, None, True)
+    else:
+        assert (spec.query_prefix_id, spec.document_prefix_id, spec.expansion_id, len(spec.skiplist)) == (1, 2, None, 2)
+        assert len(references[variant]["queries"][1]) < QUERY_LENGTH  # "ok", not expanded
+    assert_as_pylate(in_process(tag, "onnx"), references[variant])
 
 
 def lean(rows: np.ndarray) -> np.ndarray:
