@@ -467,6 +467,7 @@ def multivector_spec(
     up to its query length, both within the model's own limit."""
     colbert = read_colbert(model_dir, tokenizer)
     dense = [read_dense(model_dir, module.get("path", "")) for module in (_read_json(model_dir / "modules.json") or [])[1:]]
+    _, prompts, default_prompt_name = read_length_and_prompts(model_dir)  # PyLate's encode puts them before queries and documents alike
     return ModelSpec(
         task="multivector",
         max_length=limit if chosen else min(colbert.document_length, limit),
@@ -479,6 +480,8 @@ def multivector_spec(
         expansion_id=colbert.expansion_id,
         attend_to_expansion=colbert.attend_to_expansion,
         skiplist=colbert.skiplist,
+        prompts=prompts,
+        default_prompt_name=default_prompt_name,
         pad_id=tokenizer.pad_token_id or 0,
         source=source,
         revision=revision,

@@ -218,7 +218,7 @@ def test_served_token_vectors_and_rerank_are_pylates(served, colbert_tag, refere
 
 
 def test_the_json_and_base64_forms_carry_the_same_vectors(served, reference):
-    floats = post(served, "/v1/multivector", {"input": DOCUMENTS[:2], "model": "colbert"}).json()
+    floats = post(served, "/v1/multivector", {"input": DOCUMENTS[:2], "model": "colbert", "prompt_name": "document"}).json()  # PyLate's ""
     packed = post(served, "/v1/multivector", {"input": DOCUMENTS[:2], "encoding_format": "base64"}).json()
     queries = post(served, "/v1/multivector", {"input": QUERIES[1], "input_type": "search_query"}).json()
     for plain, coded, expected in zip(floats["data"], packed["data"], reference["documents"]):
