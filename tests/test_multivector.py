@@ -255,3 +255,13 @@ def test_teis_embed_all_refuses_a_model_without_token_vectors(served):
     assert response.status_code == 400 and response.json()["error_type"] == "Validation", response.text
     card = next(model for model in requests.get(f"{served}/v1/models", timeout=10).json()["data"] if model["id"] == "colbert")
     assert (card["task"], card["dimensions"], card["max_length"]) == ("multivector", 16, DOCUMENT_LENGTH)
+
+
+def test_teis_root_and_info_know_a_multivector_model(served, reference):
+    vectors = post(served, "/?model=colbert", {"inputs": DOCUMENTS[:1]})  # TEI's root: /embed_all
+    ranked = post(served, "/", {"query": QUERIES[0], "texts": DOCUMENTS, "model": "colbert"})  # with a query: /rerank
+    assert vectors.status_code == ranked.status_code == 200, (vectors.text, ranked.text)
+    assert np.abs(np.array(vectors.json()[0]) - reference["documents"][0]).max() <= 1e-5
+    assert [r["index"] for r in ranked.json()] == list(np.argsort(-reference["scores"][0], kind="stable"))
+    info = requests.get(f"{served}/info?model=colbert", timeout=10).json()
+    assert (info["model_type"], info["max_input_length"]) == ({"embedding": {"pooling": "none"}}, DOCUMENT_LENGTH)
