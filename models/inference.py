@@ -68,7 +68,7 @@ def run_passes(
         input_ids, attention_mask = pad([token_ids[index] for index in group], pad_id)
         started = time.time()
         rows = backend.forward(input_ids, attention_mask)
-        forward = Pass(started, time.time(), len(group), input_ids.size, int(attention_mask.sum()))
+        forward = Pass(started, time.time(), len(group), input_ids.size, int(np.count_nonzero(attention_mask)))
         for index, row in zip(group, rows):
             outputs[index], passes[index] = row[: len(token_ids[index])] if row.ndim == 2 else row, forward
     return outputs, passes
