@@ -26,15 +26,12 @@ ColBERT's accuracy. The models live in a temporary store, removed after.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench.studies import alternated_rates
+from bench.studies import alternated_rates, each_shape
 
 SHAPES = {"test": 16, "minilm": 128, "bert-base": 128}  # the Dense projection's width
 
@@ -143,27 +140,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="multivector-int8-"))
-    os.environ["BENTOML_HOME"] = str(home / "bentoml")  # before bentoml is imported
-    from bench import write_result
     from harness.texts import short_texts
+
+    queries, documents = short_texts(args.queries, seed=3), short_texts(args.documents)
+    shapes, load = each_shape("multivector-int8-", args.shapes, lambda shape, root: measure(shape, root, queries, documents, args.rounds))
+    from bench import write_result
     from serving.settings import settings
 
-    load_before = os.getloadavg()
-    queries, documents = short_texts(args.queries, seed=3), short_texts(args.documents)
-    try:
-        shapes = {}
-        for shape in args.shapes:
-            shapes[shape] = measure(shape, home, queries, documents, args.rounds)
-            print(shape, shapes[shape], flush=True)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
     report = {
         "what": "PyLate ColBERT models (random projection): served graphs against pylate 1.6, per-token int8 against fp32 ONNX on this CPU",
         "rounds": args.rounds,
         "runner_threads": settings.runner_threads,
         "token_budget": settings.token_budget,
-        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],  # 2 cores shared with other work
+        "load_average_before_after": load,  # 2 cores shared with other work
         "shapes": shapes,
     }
     print(write_result("multivector-int8.json", report))
