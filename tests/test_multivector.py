@@ -236,7 +236,7 @@ def test_the_json_and_base64_forms_carry_the_same_vectors(served, reference):
         ("/v1/embeddings", {"input": "x", "model": "colbert"}, 400, "wrong_task"),  # no one vector per text to give
         ("/v1/multivector", {"input": "x", "model": "tiny-embed"}, 400, "wrong_task"),
         ("/v1/multivector", {"input": "x", "input_type": "passage"}, 422, "invalid_request"),
-        ("/v1/multivector", {"input": "x", "input_type": {}}, 422, "invalid_request"),  # not a name at all (was a 500)
+        ("/v1/multivector", {"input": "x", "input_type": {}}, 422, "invalid_request"),  # not a name at all
         ("/v1/multivector", {"input": "x", "encoding_format": "int8"}, 422, "invalid_request"),
         ("/v1/multivector", {"input": DOCUMENTS[3], "truncate": False}, 413, "input_too_long"),
         ("/v1/multivector", {"input": "x", "prompt_name": "nope"}, 400, "invalid_request"),
