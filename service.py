@@ -1,4 +1,4 @@
-"""textbento: Hugging Face text models over HTTP: classifiers, rerankers, dense and sparse embedders.
+"""textbento: Hugging Face text models over HTTP: classifiers, rerankers, dense, sparse and multi-vector embedders.
 
     client ─JSON─▶ TextBento × N workers ──────────────────────▶ Encoder × 1 per served model
                    validate (pydantic), pick the model           adaptive batching across requests
@@ -31,7 +31,7 @@ from api.errors import ERROR_RESPONSES, TEI_ROUTES, install_error_handlers
 from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CancelWhenGone, CountAnswers, JsonBodyOnly
 from api.options import prompt_for
 from api.pipeline import Pipeline
-from api.responses import usage
+from api.responses import base64_floats, usage
 from api.types import (
     ClassifyRequest,
     ClassifyResponse,
@@ -39,6 +39,8 @@ from api.types import (
     EmbeddingsResponse,
     ModelCard,
     ModelList,
+    MultiVectorRequest,
+    MultiVectorResponse,
     RerankRequest,
     RerankResponse,
     SentimentRequest,
@@ -50,7 +52,7 @@ from models.cpu import describe as describe_cpu
 from models.inference import InferenceThread, Pass, run_passes
 from models.postprocess import best_first
 from models.spec import ModelSpec
-from models.tokenization import TextTokenizer
+from models.tokenization import TextTokenizer, side_tokenizers
 from serving import bentoml_fixes
 from serving.coalesce import Coalescer
 from serving.connections import limit_connections, open_connections
@@ -238,6 +240,7 @@ class TextBento(Pipeline):
             aliases=frozenset({model.tag.name, str(model.tag), spec.source} - {""}),
             max_in_flight=settings.max_concurrency,
             ranges=load_ranges(model.path),
+            sides=side_tokenizers(model.path, spec),
         )
 
     # textbento's own routes, OpenAI's and Cohere's/Jina's shapes.
@@ -259,9 +262,22 @@ class TextBento(Pipeline):
         rows = by_type(np.stack(vectors), request.encoding_format, model.ranges)
         return self.answer(model, [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)], timing)
 
+    @app.post("/v1/multivector", response_model=MultiVectorResponse, responses=ERROR_RESPONSES)
+    async def multivector(self, request: MultiVectorRequest) -> Response:
+        """A multi-vector (ColBERT) model's token vectors of each text, read as a query or a document."""
+        model = self.models.pick(request.model, "multivector")
+        prompt = prompt_for(model.spec, request.prompt_name, None)
+        vectors, timing = await self.multivectors(
+            model, request.input, request.input_type, "input", prompt=prompt, truncate=request.truncate
+        )
+        write = base64_floats if request.encoding_format == "base64" else np.ndarray.tolist
+        data = [{"object": "multivector", "index": i, "shape": rows.shape, "embedding": write(rows)} for i, rows in enumerate(vectors)]
+        return self.answer(model, data, timing)
+
     @app.post("/v1/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
     async def rerank(self, request: RerankRequest) -> Response:
-        """The documents by relevance to the query: each pair scored by the cross-encoder, best first."""
+        """The documents by relevance to the query, best first: each pair scored by the cross-encoder, or
+        the query's MaxSim with each document by a multi-vector model."""
         model = self.models.pick(request.model, "rerank")
         relevance, timing = await self.relevance(model, request.query, request.documents, "documents")
         results = [

@@ -20,13 +20,14 @@ import numpy as np
 from bentoml.exceptions import BentoMLException
 
 from models.spec import ModelSpec
-from models.tokenization import TextTokenizer
+from models.tokenization import Side, SideTokenizer, TextTokenizer
 from serving.coalesce import Coalescer
 
 from .errors import APIError
 
-# What a route asks of a model: a reranker is a classifier with one label (a cross-encoder's score).
-Need = Literal["embed", "sparse", "classify", "rerank"]
+# What a route asks of a model: a reranker is a classifier with one label (a cross-encoder's score),
+# or a multi-vector model (its MaxSim).
+Need = Literal["embed", "sparse", "classify", "rerank", "multivector"]
 
 
 @dataclass
@@ -47,6 +48,7 @@ class ServedModel:
     in_flight: int = 0
     runtime_card: dict[str, Any] | None = None  # the Encoder's last answer to ``runtime()``
     ranges: np.ndarray | None = None  # an embedder's int8/uint8 calibration ranges (models.calibration)
+    sides: dict[Side, SideTokenizer] = field(default_factory=dict)  # a multi-vector model's query and document tokenizers
 
     async def runtime(self, within_s: float = 2.0) -> dict[str, Any]:
         """How the Encoder serves the model (backend, device, precision, fidelity, CPU), asked now; where
@@ -61,7 +63,7 @@ class ServedModel:
 
     def does(self, need: Need) -> bool:
         if need == "rerank":
-            return self.spec.task == "classify" and len(self.spec.labels) == 1
+            return (self.spec.task == "classify" and len(self.spec.labels) == 1) or self.spec.task == "multivector"
         return self.spec.task == need
 
     @contextmanager
@@ -77,9 +79,12 @@ class ServedModel:
             self.in_flight -= 1
 
     def kind(self) -> str:
-        """What it does, as a 400 names it: ``'embed'``, ``'sparse'``, ``'rerank'`` or ``'classify' (n labels)``."""
+        """What it does, as a 400 names it: ``'embed'``, ``'sparse'``, ``'rerank'``, ``'classify' (n labels)`` or
+        ``'multivector'`` with its routes (it has no single vector per text to give)."""
         if self.spec.task == "classify":
             return "'rerank'" if len(self.spec.labels) == 1 else f"'classify' ({len(self.spec.labels)} labels)"
+        if self.spec.task == "multivector":
+            return "'multivector' (a vector per token: /v1/multivector, /embed_all; MaxSim on /v1/rerank, /rerank)"
         return repr(self.spec.task)
 
 

@@ -46,7 +46,7 @@ class CohereErrorBody(BaseModel):
     message: str
 
 
-TEI_ROUTES = frozenset({"/", "/embed", "/embed_sparse", "/predict", "/rerank", "/similarity", "/tokenize", "/info"})
+TEI_ROUTES = frozenset({"/", "/embed", "/embed_all", "/embed_sparse", "/predict", "/rerank", "/similarity", "/tokenize", "/info"})
 
 
 ERRORS = {

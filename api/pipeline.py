@@ -14,8 +14,8 @@ import numpy as np
 from starlette.responses import Response
 
 from models.inference import Pass
-from models.postprocess import ranked_labels, scores, truncate_dimensions
-from models.tokenization import Encoded, TextInput
+from models.postprocess import maxsim, ranked_labels, scores, token_vectors, truncate_dimensions
+from models.tokenization import Encoded, QueryAndDocuments, Side, TextInput
 from serving.coalesce import Overloaded
 from serving.gone import deadline, new_key
 from serving.settings import settings
@@ -35,11 +35,20 @@ class Pipeline:
     models: Catalog
 
     async def run(
-        self, model: ServedModel, texts: list[TextInput], truncate: bool, param: str, cut: str = "right", max_tokens: int | None = None
+        self,
+        model: ServedModel,
+        texts: list[TextInput],
+        truncate: bool,
+        param: str,
+        cut: str = "right",
+        max_tokens: int | None = None,
+        tokenizer: Any = None,
     ) -> tuple[list[Encoded], list[np.ndarray], Timing]:
         """Check, tokenize off the event loop (in at most ``max_tokens`` a text, the model's limit
-        without it), then encode; the texts share calls to the model's Encoder with other requests'
+        without it; with ``tokenizer`` where not the model's own: a multi-vector model's query or document
+        side), then encode; the texts share calls to the model's Encoder with other requests'
         texts. Timed for the answer's headers."""
+        tokenizer = tokenizer or model.tokenizer
         check_sizes(texts, param, settings.max_inputs, settings.max_chars)
         timing = Timing(model=model.name, texts=len(texts))
         # The request's deadline (serving/gone.py) travels with its texts; work past it is not started.
@@ -50,10 +59,10 @@ class Pipeline:
         try:
             with model.admitted():
                 async with asyncio.timeout(due - time.time()):
-                    encoded = await asyncio.to_thread(model.tokenizer.encode, texts, cut, max_tokens)
+                    encoded = await asyncio.to_thread(tokenizer.encode, texts, cut, max_tokens)
                     timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
                     if not truncate:
-                        refuse_truncated(encoded, param, min(max_tokens or model.spec.max_length, model.spec.max_length))
+                        refuse_truncated(encoded, param, min(max_tokens or tokenizer.max_length, tokenizer.max_length))
                     wire = ids_to_wire([e.ids for e in encoded], key, due)
                     carried = await model.calls.submit(wire, abandoned=lambda: model.forget(key), within_s=due - time.time())
         except TimeoutError:
@@ -93,9 +102,25 @@ class Pipeline:
         raw: bool = False,
         cut: str = "right",
     ) -> tuple[list[float], Timing]:
-        """Each document's relevance to the query: the cross-encoder's score of the pair (its logit when ``raw``)."""
+        """Each document's relevance to the query: the cross-encoder's score of the pair (its logit when ``raw``),
+        or a multi-vector model's MaxSim of the query's token vectors with the document's (no activation: ``raw`` alike)."""
+        if model.spec.task == "multivector":
+            tokenizer = QueryAndDocuments(model.sides)
+            encoded, rows, timing = await self.run(model, [query, *documents], truncate, param, cut, tokenizer=tokenizer)
+            queried, *found = (token_vectors(row, e.ids, model.spec.skiplist if i else ()) for i, (row, e) in enumerate(zip(rows, encoded)))
+            return [maxsim(queried, document) for document in found], timing
         _, logits, timing = await self.run(model, [(query, document) for document in documents], truncate, param, cut)
         return [float(row[0] if raw else scores(row, model.spec.activation)[0]) for row in logits], timing
+
+    async def multivectors(
+        self, model: ServedModel, texts: list[str], side: Side, param: str, *, prompt: str, truncate: bool, cut: str = "right"
+    ) -> tuple[list[np.ndarray], Timing]:
+        """A multi-vector model's ``[tokens, dim]`` vectors of each text, read as a query or as a document
+        (which leaves out its skiplist's tokens), with ``prompt`` before each."""
+        texts = [prompt + text for text in texts]
+        encoded, rows, timing = await self.run(model, texts, truncate, param, cut, tokenizer=model.sides[side])
+        skiplist = model.spec.skiplist if side == "document" else ()
+        return [token_vectors(row, e.ids, skiplist) for row, e in zip(rows, encoded)], timing
 
     def answer(self, model: ServedModel, data: list[dict], timing: Timing) -> Response:
         """The list answer of the routes, straight to JSON (``api/responses.py``)."""

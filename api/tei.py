@@ -1,6 +1,7 @@
 """text-embeddings-inference's HTTP API, shape for shape (TEI's ``router/src/http/types.rs``): the
 request bodies of ``/embed``, ``/embed_sparse``, ``/predict``, ``/rerank``, ``/similarity``,
-``/tokenize`` and ``/info``, and the answers built from textbento's results.
+``/tokenize`` and ``/info``, and the answers built from textbento's results; ``/embed_all`` for
+multi-vector (ColBERT) models only, its token vectors read as a query or a document (``input_type``).
 
 Differences, each on purpose: unknown fields are still refused (422 naming them), except the HF
 Inference API's ``parameters`` that huggingface_hub's ``InferenceClient`` sends, which are read;
@@ -21,7 +22,7 @@ from models.postprocess import best_first, l2_normalize
 from models.spec import ModelSpec
 from models.tokenization import TextInput
 
-from .types import Request, Text, Texts
+from .types import InputType, Request, Text, Texts
 
 
 def _lower(value: object) -> object:
@@ -83,6 +84,22 @@ class EmbedSparseRequest(TEIRequest):
     truncate: Truncate = None
     truncation_direction: Direction = "right"
     prompt_name: str | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
+
+
+class EmbedAllRequest(TEIRequest):
+    """``POST /embed_all``: a multi-vector model's token vectors, read as a query or a document."""
+
+    inputs: Texts
+    truncate: Truncate = None
+    truncation_direction: Direction = "right"
+    prompt_name: str | None = Field(None, description="one of the model's prompts, put before every input")
+    input_type: InputType = Field(
+        "document", description="query or document: which of the model's prefixes and lengths (a textbento extension)"
+    )
+
+
+class EmbedAllResponse(RootModel[list[list[list[float]]]]):
+    """Per input text, in request order, its token vectors."""
 
 
 class SparseValue(BaseModel):
@@ -210,9 +227,10 @@ class Info(BaseModel):
 
 
 def model_type(spec: ModelSpec) -> dict[str, dict]:
-    """TEI's ``model_type``: an embedding model's pooling, or a classifier's (a reranker's, with one label) labels."""
+    """TEI's ``model_type``: an embedding model's pooling (none for a multi-vector model's token vectors),
+    or a classifier's (a reranker's, with one label) labels."""
     if spec.task != "classify":
-        return {"embedding": {"pooling": "splade" if spec.task == "sparse" else spec.pooling}}
+        return {"embedding": {"pooling": {"sparse": "splade", "multivector": "none"}.get(spec.task, spec.pooling)}}
     labels = {"id2label": dict(enumerate(spec.labels)), "label2id": {label: i for i, label in enumerate(spec.labels)}}
     return {"reranker" if len(spec.labels) == 1 else "classifier": labels}
 

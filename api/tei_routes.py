@@ -48,6 +48,17 @@ async def embed_sparse(request: tei.EmbedSparseRequest, server: Pipeline = ThisP
     return server.timed([sparse_entries(vector) for vector in vectors], timing)
 
 
+@router.post("/embed_all", response_model=tei.EmbedAllResponse, responses=TEI_ERROR_RESPONSES)
+async def embed_all(request: tei.EmbedAllRequest, server: Pipeline = ThisPipeline) -> Response:
+    """A multi-vector model's token vectors of each text, read as a query or a document."""
+    model = server.models.pick(request.model, "multivector")
+    prompt, truncate = prompt_for(model.spec, request.prompt_name, None), request.truncate is not False
+    vectors, timing = await server.multivectors(
+        model, request.inputs, request.input_type, "inputs", prompt=prompt, truncate=truncate, cut=request.truncation_direction
+    )
+    return server.timed([rows.tolist() for rows in vectors], timing)
+
+
 @router.post("/predict", response_model=tei.PredictResponse, responses=TEI_ERROR_RESPONSES)
 async def predict(request: tei.PredictRequest, server: Pipeline = ThisPipeline) -> Response:
     """Every label with its score, best first, per input (a text or a pair)."""
@@ -125,12 +136,17 @@ async def info(model: str | None = None, server: Pipeline = ThisPipeline) -> tei
 async def tei_root(body: dict[str, Any] = Body(), model: str | None = None, server: Pipeline = ThisPipeline) -> Response:
     """TEI's root route, by what the model (``model``, else the first served) does: ``/predict`` for a
     classifier, ``/rerank`` for a reranker, ``/embed_sparse`` for SPLADE, ``/embed`` for an embedder,
+    for a multi-vector model ``/rerank`` given a query, else ``/embed_all``,
     and ``/similarity`` when an embedder gets a source sentence and sentences (as huggingface_hub's
     ``sentence_similarity`` sends them). ``?model=`` names the model for clients that cannot put it in
     the body: ``InferenceClient(model="http://host:3000/?model=classifier")``."""
     if model is not None:
         body = {**body, "model": model}
     served = server.models.named(body.get("model") if isinstance(body.get("model"), str) else None)
+    if served.spec.task == "multivector":
+        return await (
+            tei_rerank(parse(tei.RerankRequest, body), server) if "query" in body else embed_all(parse(tei.EmbedAllRequest, body), server)
+        )
     if served.does("rerank"):
         return await tei_rerank(parse(tei.RerankRequest, body), server)
     if served.spec.task == "classify":

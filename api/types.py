@@ -126,6 +126,7 @@ class Fidelity(BaseModel):
     probe_texts: int
     seconds: float
     max_flipped_mass: float | None = None  # sparse models: the most of a text's L1 mass in weights zero on one graph only
+    max_maxsim_error: float | None = None  # multi-vector models: the most a probe MaxSim score moved, per query token
     passed: bool
     gates: dict[str, float]
 
@@ -148,7 +149,7 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "textbento"
     tag: str
-    task: Literal["classify", "embed", "sparse"]
+    task: Literal["classify", "embed", "sparse", "multivector"]
     labels: list[str]
     max_length: int
     dimensions: int | None
@@ -162,6 +163,44 @@ class ModelCard(BaseModel):
     trials: list[Trial] = []  # what ``auto`` weighed here, and which it chose (empty for a named backend)
     cpu: str
     source: str
+
+
+# How a multi-vector model reads a text: as a query (its prefix, expanded to the query length) or a
+# document (its prefix, its skiplist's tokens left out); Cohere's names for them are taken too.
+COHERE_INPUT_TYPES = {"search_query": "query", "search_document": "document"}
+InputType = Annotated[
+    Literal["query", "document"],
+    BeforeValidator(lambda value: COHERE_INPUT_TYPES.get(value, value) if isinstance(value, str) else value),
+]
+
+
+class MultiVectorRequest(Request):
+    """``POST /v1/multivector``: a multi-vector (ColBERT) model's token vectors."""
+
+    input: Texts
+    model: str | None = None
+    input_type: InputType = Field("document", description="query or document (search_query, search_document)")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="float; base64 of the little-endian float32 [tokens, dim] rows"
+    )
+    truncate: bool = Field(True, description="cut texts longer than the side's length (else 413)")
+    prompt_name: str | None = Field(None, description="one of the model's prompts, put before every input")
+
+
+class MultiVector(BaseModel):
+    """One text's token vectors: ``[tokens, dim]`` floats, or a base64 string of them row after row (little-endian float32)."""
+
+    object: Literal["multivector"] = "multivector"
+    index: int
+    shape: tuple[int, int]
+    embedding: list[list[float]] | str
+
+
+class MultiVectorResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[MultiVector]
+    model: str
+    usage: Usage
 
 
 class ModelList(BaseModel):

@@ -382,6 +382,39 @@ def sparse(files: dict) -> list[str]:
     ]
 
 
+def multivector(files: dict) -> list[str]:
+    d = files["multivector-int8.json"]
+    rows = []
+    for shape, s in d["shapes"].items():
+        torch_, onnx = s["against_pylate"]["torch"], s["against_pylate"]["onnx fp32"]
+        check, found = s["self_check"], s["retrieval"]
+        rows.append(
+            [
+                shape,
+                f"{torch_['max_abs_vector_diff']:.1e} / {onnx['max_abs_vector_diff']:.1e}",
+                f"{onnx['max_abs_score_diff']:.1e}",
+                "yes" if torch_["same_order_every_query"] and onnx["same_order_every_query"] else "no",
+                f"{check['min_cosine']} / {check['mean_cosine']}",
+                check["max_maxsim_error"],
+                f"{found['recall_at_10_mean']} / {found['top1_same']}",
+                f"{n(s['documents_per_s']['fp32'], 1)} / {n(s['documents_per_s']['int8'], 1)}",
+                s["auto"],
+            ]
+        )
+    headers = [
+        "shape",
+        "vectors to PyLate, torch / fp32 ONNX",
+        "MaxSim to PyLate",
+        "PyLate's order",
+        "int8 token cosine min / mean",
+        "int8 MaxSim error per query token",
+        "int8 recall@10 / top-1",
+        "fp32 / int8 documents/s",
+        "`auto` serves",
+    ]
+    return [f"{d['what']}; best of {d['rounds']}.", "", *table(headers, rows)]
+
+
 def images(files: dict) -> list[str]:
     test = files.get("image-test.json", {}).get("images", {})
     rows = []
@@ -459,6 +492,11 @@ SECTIONS = [
     ("Reliability runs", ["soak.json", "storm.json", "chaos*.json", "locust-runs*.json"], reliability),
     ("Decoder-only embedders (`python -m bench.studies.decoder_footprint`)", ["decoder-footprint.json"], decoders),
     ("SPLADE: int8 against fp32 (`python -m bench.studies.sparse_int8`)", ["sparse-int8.json"], sparse),
+    (
+        "Multi-vector (ColBERT): against PyLate, int8 against fp32 (`python -m bench.studies.multivector_int8`)",
+        ["multivector-int8.json"],
+        multivector,
+    ),
     ("Images", ["image-cpu.json", "image-gpu.json", "image-gpu-torch.json", "image-test.json", "image-slim.json"], image_details),
     ("Topology", ["topology.json"], topology),
 ]

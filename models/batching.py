@@ -84,12 +84,30 @@ def split_segments(input_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return input_ids & ((1 << SEGMENT_SHIFT) - 1), input_ids >> SEGMENT_SHIFT
 
 
+# A multi-vector model's query expansion tokens (``models.tokenization.SideTokenizer``) carry this bit in
+# their ids: each is a token of the row whose vector is computed and kept, but that no token attends to.
+# ``pad`` turns it into the mask value ``UNATTENDED`` (real tokens: 1, padding: 0), which the model reads
+# (``models.heads.TokenVectors``).
+UNATTENDED_BIT = 1 << 30
+UNATTENDED = 2
+
+
+def unattended(ids: np.ndarray) -> np.ndarray:
+    """Token ids marked as tokens nobody attends to (``pad`` reads the mark)."""
+    return ids | UNATTENDED_BIT
+
+
 def pad(sequences: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """(input_ids, attention_mask), both ``[rows, longest]`` int64, right-padded with ``pad_id``."""
+    """(input_ids, attention_mask), both ``[rows, longest]`` int64, right-padded with ``pad_id``; the
+    mask is 1 on a row's tokens, ``UNATTENDED`` on those marked so, 0 on padding."""
     width = max(len(sequence) for sequence in sequences)
     input_ids = np.full((len(sequences), width), pad_id, dtype=np.int64)
     attention_mask = np.zeros((len(sequences), width), dtype=np.int64)
     for row, sequence in enumerate(sequences):
         input_ids[row, : len(sequence)] = sequence
         attention_mask[row, : len(sequence)] = 1
+    marked = (input_ids & UNATTENDED_BIT) != 0
+    if marked.any():
+        attention_mask[marked] = UNATTENDED
+        input_ids[marked] &= ~UNATTENDED_BIT
     return input_ids, attention_mask

@@ -4,7 +4,8 @@ Encoders (BERT, ...) and decoder-only models (Qwen, Llama, Mistral, ...) are ser
 models are not. Sequence classifiers are recognised by their architecture; any other model is served
 as an embedder, with pooling, normalisation and length limit taken from the sentence-transformers
 files when the directory has them (mean pooling otherwise). A sentence-transformers SparseEncoder
-(SPLADE: an MLM and SpladePooling) is served as ``sparse``.
+(SPLADE: an MLM and SpladePooling) is served as ``sparse``, a PyLate ColBERT (Transformer and Dense
+projections, token by token) as ``multivector``.
 
 Decoders need nothing of their own at serving time: textbento pads on the right, so with causal
 attention and position ids counted from 0 in every row (transformers' default: from the cache
@@ -15,6 +16,7 @@ token of a row is the one the mask says (``models.postprocess``).
 from __future__ import annotations
 
 import json
+import string
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -185,6 +187,87 @@ def read_splade(model_dir: Path, config: PretrainedConfig) -> tuple[SparsePoolin
     return strategy, activation
 
 
+# PyLate's ColBERT: the encoder, then Dense projections applied to every token (pylate.models.Dense,
+# or sentence-transformers' own, which PyLate converts), then each token vector to unit length.
+COLBERT_MODULES = ("Transformer", "Dense")
+# PyLate's defaults where its config_sentence_transformers.json leaves a setting out (pylate 1.6, models/colbert.py).
+COLBERT_DEFAULTS = {
+    "query_prefix": "[Q] ",
+    "document_prefix": "[D] ",
+    "query_length": 32,
+    "document_length": 180,
+    "do_query_expansion": True,
+    "attend_to_expansion_tokens": False,
+    "skiplist_words": list(string.punctuation),
+}
+
+
+def is_colbert(model_dir: Path) -> bool:
+    """Whether PyLate saved the directory as a ColBERT model (its config says so, or its modules)."""
+    settings = _read_json(model_dir / "config_sentence_transformers.json") or {}
+    modules = _read_json(model_dir / "modules.json") or []
+    return settings.get("model_type") == "ColBERT" or any(module.get("type", "").startswith("pylate.") for module in modules)
+
+
+class ColbertSettings(NamedTuple):
+    """What a PyLate ColBERT's files say beyond its Dense layers (``ModelSpec`` names each)."""
+
+    query_length: int
+    document_length: int
+    query_prefix_id: int | None
+    document_prefix_id: int | None
+    expansion_id: int | None
+    attend_to_expansion: bool
+    skiplist: tuple[int, ...]
+
+
+def read_colbert(model_dir: Path, tokenizer: Any) -> ColbertSettings:
+    """A PyLate ColBERT's settings, as PyLate reads them (its defaults for what is left out), the
+    prefixes and the skiplist as the tokenizer's ids; a pipeline textbento would compute otherwise is refused."""
+    modules = _read_json(model_dir / "modules.json") or []
+    kinds = [module_kind(module) for module in modules]
+    if not kinds or kinds[0] != "Transformer" or len(kinds) < 2 or set(kinds[1:]) != {"Dense"}:
+        raise UnsupportedModel(
+            f"a ColBERT model is served as {' + '.join(COLBERT_MODULES)} (one Dense or more); this one's modules.json has "
+            f"{' + '.join(kinds) or 'none'}"
+        )
+    for module in modules[1:]:
+        if (_read_json(model_dir / module.get("path", "") / "config.json") or {}).get("use_residual"):
+            raise UnsupportedModel(f"PyLate Dense module {module.get('path')!r} with use_residual is not reproduced by textbento")
+    settings = {
+        **COLBERT_DEFAULTS,
+        **{key: value for key, value in (_read_json(model_dir / "config_sentence_transformers.json") or {}).items() if value is not None},
+    }
+
+    def prefix_id(name: str) -> int | None:
+        prefix = settings[name]
+        if prefix == "":
+            return None
+        token = tokenizer.convert_tokens_to_ids(prefix)
+        if token is None or token == tokenizer.unk_token_id:
+            raise UnsupportedModel(
+                f"the ColBERT {name} {prefix!r} is not a token of the model's tokenizer (PyLate adds it when it saves the model)"
+            )
+        return int(token)
+
+    # The id a query is padded with up to its length: the MASK token, else the EOS, else the pad token, as PyLate pads.
+    padding = next(
+        (token for token in (tokenizer.mask_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id) if token is not None), None
+    )
+    expansion = bool(settings["do_query_expansion"])
+    if expansion and padding is None:
+        raise UnsupportedModel("a ColBERT model with query expansion needs a MASK, EOS or pad token to expand queries with")
+    return ColbertSettings(
+        query_length=int(settings["query_length"]),
+        document_length=int(settings["document_length"]),
+        query_prefix_id=prefix_id("query_prefix"),
+        document_prefix_id=prefix_id("document_prefix"),
+        expansion_id=padding if expansion else None,
+        attend_to_expansion=expansion and bool(settings["attend_to_expansion_tokens"]),
+        skiplist=tuple(sorted({int(tokenizer.convert_tokens_to_ids(word)) for word in settings["skiplist_words"]})),
+    )
+
+
 class SentenceTransformersSettings(NamedTuple):
     pooling: Pooling = "mean"
     normalize: bool = False
@@ -309,6 +392,7 @@ def detect_spec(
     pad_id: int | None,
     *,
     eos_id: int | None = None,
+    tokenizer: Any = None,
     task: str = "auto",
     max_length: int | None = None,
     source: str = "",
@@ -316,9 +400,21 @@ def detect_spec(
 ) -> ModelSpec:
     """The full spec of the model in ``model_dir``; raises ``UnsupportedModel`` with a reason.
 
-    ``pad_id``, ``eos_id``: the tokenizer's; ``max_length``: the import's choice, within the model's limit.
+    ``pad_id``, ``eos_id``: the tokenizer's (``tokenizer`` itself for a ColBERT's prefixes and skiplist);
+    ``max_length``: the import's choice, within the model's limit.
     """
-    sparse = is_sparse_encoder(model_dir)
+    sparse, colbert = is_sparse_encoder(model_dir), is_colbert(model_dir)
+    if colbert and task in ("auto", "multivector"):
+        return multivector_spec(
+            model_dir, config, tokenizer, model_max_length(config, tokenizer_limit, max_length), max_length, source, revision
+        )
+    if colbert:
+        raise UnsupportedModel(f"a PyLate ColBERT model gives a vector per token: import it with --task multivector (or auto), not {task}")
+    if task == "multivector" or "HF_ColBERT" in (config.architectures or []):
+        raise UnsupportedModel(
+            "a multi-vector model is served as PyLate saves a ColBERT (config_sentence_transformers.json: model_type ColBERT); "
+            "a Stanford ColBERT checkpoint (HF_ColBERT) can be loaded with pylate.models.ColBERT and saved with its save()"
+        )
     detected = "sparse" if sparse and task == "auto" else detect_task(config, task)  # its architecture was checked first (store)
     if detected == "sparse" and not sparse:
         raise UnsupportedModel("--task sparse needs a sentence-transformers SparseEncoder (modules.json: MLMTransformer + SpladePooling)")
@@ -361,4 +457,32 @@ def detect_spec(
         prompts=pipeline.prompts,
         default_prompt_name=pipeline.default_prompt_name,
         **common,
+    )
+
+
+def multivector_spec(
+    model_dir: Path, config: PretrainedConfig, tokenizer: Any, limit: int, chosen: int | None, source: str, revision: str | None
+) -> ModelSpec:
+    """A PyLate ColBERT's spec: its documents up to its document length (``--max-length`` lowers it), its queries
+    up to its query length, both within the model's own limit."""
+    colbert = read_colbert(model_dir, tokenizer)
+    dense = [read_dense(model_dir, module.get("path", "")) for module in (_read_json(model_dir / "modules.json") or [])[1:]]
+    _, prompts, default_prompt_name = read_length_and_prompts(model_dir)  # PyLate's encode puts them before queries and documents alike
+    return ModelSpec(
+        task="multivector",
+        max_length=limit if chosen else min(colbert.document_length, limit),
+        query_length=min(colbert.query_length, limit),
+        normalize=True,
+        dimensions=dense[-1][2],
+        dense=tuple(activation for _, activation, _ in dense),
+        query_prefix_id=colbert.query_prefix_id,
+        document_prefix_id=colbert.document_prefix_id,
+        expansion_id=colbert.expansion_id,
+        attend_to_expansion=colbert.attend_to_expansion,
+        skiplist=colbert.skiplist,
+        prompts=prompts,
+        default_prompt_name=default_prompt_name,
+        pad_id=tokenizer.pad_token_id or 0,
+        source=source,
+        revision=revision,
     )

@@ -10,7 +10,8 @@ Every graph takes ``input_ids`` and ``attention_mask`` (int64, ``[batch, sequenc
 dynamic) and has one output: ``logits`` ``[batch, labels]`` for classifiers, ``last_hidden_state``
 ``[batch, sequence, dim]`` for embedders, ``sparse_embedding`` ``[batch, vocabulary]`` for SPLADE
 models (``models.heads``: pooled inside, their ``[batch, sequence, vocabulary]`` logits are too large
-to leave it). Dense pooling stays out of the graph: ``models.postprocess`` pools for every backend;
+to leave it), ``token_embeddings`` ``[batch, sequence, dim]`` for multi-vector models (projected and
+normalised inside). Dense pooling stays out of the graph: ``models.postprocess`` pools for every backend;
 measured on all-MiniLM-L6-v2 it costs 0.3-0.6% of the forward pass (0.02 of 3.2 ms for one short
 text, 0.7 of 221 ms for 64), and pooling inside the graph was within noise of it.
 
@@ -32,7 +33,7 @@ from unittest import mock
 import onnx
 import torch
 
-from .heads import SpladeEncoder, model_class
+from .heads import model_class, task_module
 from .onnx_layout import FP16, FP32, INPUTS, INT8, SINGLE_FILE_LIMIT, TOKEN_TYPES, onnx_dir
 from .quantize import quantize_fp16, quantize_int8, save_graph
 from .spec import ModelSpec
@@ -110,12 +111,12 @@ def traceable_masks() -> Iterator[None]:
 
 def output_name(spec: ModelSpec) -> str:
     """The graph's one output: what the backends post-process for this task."""
-    return {"classify": "logits", "embed": "last_hidden_state", "sparse": "sparse_embedding"}[spec.task]
+    return {"classify": "logits", "embed": "last_hidden_state", "sparse": "sparse_embedding", "multivector": "token_embeddings"}[spec.task]
 
 
-def exported_module(model: torch.nn.Module, spec: ModelSpec) -> torch.nn.Module:
-    """What the graph computes: the model's one output the backends use, or SPLADE's pooled weights."""
-    return SpladeEncoder(model, spec) if spec.task == "sparse" else SingleOutput(model, output_name(spec))
+def exported_module(model: torch.nn.Module, spec: ModelSpec, model_dir: str | Path) -> torch.nn.Module:
+    """What the graph computes: the model's one output the backends use, SPLADE's pooled weights, or token vectors."""
+    return task_module(model, spec, model_dir) or SingleOutput(model, output_name(spec))
 
 
 def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_file_limit: int = SINGLE_FILE_LIMIT) -> Path:
@@ -136,11 +137,11 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_
     inputs = (*INPUTS, TOKEN_TYPES) if spec.token_types else INPUTS
     examples = (input_ids, attention_mask, (input_ids % 2)) if spec.token_types else (input_ids, attention_mask)
     axes = {name: {0: "batch", 1: "sequence"} for name in (*inputs, output_name(spec))}
-    if spec.task != "embed":  # one row per text, without a sequence axis
+    if spec.task in ("classify", "sparse"):  # one row per text, without a sequence axis
         axes[output_name(spec)] = {0: "batch"}
     target.parent.mkdir(parents=True, exist_ok=True)
     # In eval mode for good: the exporter puts a module back in the mode it found it in, dropout included.
-    module = exported_module(model, spec).eval()
+    module = exported_module(model, spec, model_dir).eval()
     # Past 2 GiB the exporter writes the weights to files of its own naming beside the graph: written
     # aside, then saved as the other graphs are (``save_graph``), in one file or with one side file.
     with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as scratch:
@@ -193,7 +194,7 @@ def check_traced(module: torch.nn.Module, graph: Path, spec: ModelSpec) -> None:
             raise UntraceableModel(
                 f"the traced graph fails on a batch of shape {tuple(ids.shape)}: the model takes a path that depends on its input"
             ) from error
-        real = mask.numpy() == 1 if spec.task == "embed" else slice(None)
+        real = mask.numpy() == 1 if spec.task in ("embed", "multivector") else slice(None)
         error = np.abs(exported - expected)[real].max() / max(np.abs(expected[real]).max(), 1.0)
         if error > 1e-3:
             raise UntraceableModel(

@@ -22,7 +22,7 @@ class Backend(Protocol):
     """A loaded model on one device.
 
     ``forward`` takes right-padded ``[rows, width]`` int64 ids and mask and returns ``[rows, labels]``
-    logits or ``[rows, dim]`` embeddings as float32, one row per input row.
+    logits, ``[rows, dim]`` embeddings or ``[rows, width, dim]`` token vectors as float32, one row per input row.
     """
 
     name: str
@@ -58,7 +58,7 @@ def run_passes(
 ) -> tuple[list[np.ndarray], list[Pass | None]]:
     """``run_batch``'s rows, and for each sequence the forward pass that computed it. ``wanted``, asked
     just before each pass, keeps the sequences still worth computing; the others get an empty row
-    and no pass (a pass that has started always finishes)."""
+    and no pass (a pass that has started always finishes). Token vectors are cut to their sequence's tokens."""
     outputs: list[np.ndarray] = [np.empty(0)] * len(token_ids)
     passes: list[Pass | None] = [None] * len(token_ids)
     for planned in plan_sub_batches([len(ids) for ids in token_ids], token_budget):
@@ -68,9 +68,9 @@ def run_passes(
         input_ids, attention_mask = pad([token_ids[index] for index in group], pad_id)
         started = time.time()
         rows = backend.forward(input_ids, attention_mask)
-        forward = Pass(started, time.time(), len(group), input_ids.size, int(attention_mask.sum()))
+        forward = Pass(started, time.time(), len(group), input_ids.size, int(np.count_nonzero(attention_mask)))
         for index, row in zip(group, rows):
-            outputs[index], passes[index] = row, forward
+            outputs[index], passes[index] = row[: len(token_ids[index])] if row.ndim == 2 else row, forward
     return outputs, passes
 
 

@@ -1,5 +1,5 @@
 """Model outputs → answers: scores and labels for classifiers, pooling and normalisation for embedders,
-the non-zero entries of sparse (SPLADE) vectors."""
+the non-zero entries of sparse (SPLADE) vectors, a multi-vector model's token vectors and their MaxSim."""
 
 from __future__ import annotations
 
@@ -108,3 +108,15 @@ def sentence_embeddings(
     for weight, bias, activation in dense:
         vectors = DENSE_ACTIVATIONS[activation](vectors @ weight.T + bias).astype(np.float32, copy=False)
     return l2_normalize(vectors) if normalize else vectors
+
+
+def token_vectors(row: np.ndarray, ids: np.ndarray, skiplist: Sequence[int] = ()) -> np.ndarray:
+    """A text's ``[tokens, dim]`` vectors from its flat row, less those of the ids in ``skiplist`` (a
+    document's punctuation, which PyLate leaves out; queries keep every token)."""
+    vectors = row.reshape(len(ids), -1)
+    return vectors[~np.isin(ids, skiplist)] if len(skiplist) else vectors
+
+
+def maxsim(query: np.ndarray, document: np.ndarray) -> float:
+    """ColBERT's late-interaction score: for each query token its best dot product with a document token, summed."""
+    return float((query @ document.T).max(axis=1).sum())

@@ -12,6 +12,11 @@ weights that are zero on one graph only may hold at most ``MAX_FLIPPED_MASS`` of
 (docs/design.md 13: where per-token int8 passed the cosines its flips held ≤ 0.31% of a text's
 mass; a candidate that drops the small weights holding 2% keeps min cosine 0.9989).
 
+A multi-vector (ColBERT) model is checked on what it serves: its token vectors one by one (the cosine
+gates, over every token of the probe texts as queries and as documents), and the MaxSim score of every
+probe query with every probe document, which ranks documents: no score may move by more than
+``MAX_MAXSIM_ERROR`` per query token (a score is a sum over the query's tokens of cosines, each in [-1, 1]).
+
 What is compared: embeddings row by row (cosine); a classifier's logits centred per text (the
 softmax ignores a shift), or, for one logit (rerankers: what counts is the order it gives), the
 centred logits of the whole probe set as one vector (their correlation).
@@ -26,7 +31,9 @@ import numpy as np
 
 from .batching import pad
 from .inference import Backend, run_batch
+from .postprocess import maxsim, token_vectors
 from .spec import ModelSpec
+from .tokenization import SideTokenizer, TextTokenizer
 
 # Where int8 errors show first (1-3 tokens, code, digits, accents, emoji; "?" is the text that
 # ONNX Runtime's saturating u8×s8 kernels on AVX2 got most wrong, cosine 0.873), mixed 1:3 with
@@ -73,6 +80,7 @@ PROBE_TEXTS = HARD_TEXTS + SENTENCES
 MIN_COSINE = 0.99
 MEAN_COSINE = 0.998
 MAX_FLIPPED_MASS = 0.005
+MAX_MAXSIM_ERROR = 0.005
 PROBE_TOKEN_BUDGET = 2048
 ALONE = 4
 SPEED_RUNS = 3
@@ -87,16 +95,20 @@ class Fidelity:
     probe_texts: int
     seconds: float  # the check itself: both graphs over the probe set
     max_flipped_mass: float | None = None  # sparse models only: ``flipped_mass``'s largest, over the probe
+    max_maxsim_error: float | None = None  # multi-vector models only: ``maxsim_errors``' largest, over the probe
 
     @property
     def passed(self) -> bool:
         flips_pass = self.max_flipped_mass is None or self.max_flipped_mass <= MAX_FLIPPED_MASS
-        return self.min_cosine >= MIN_COSINE and self.mean_cosine >= MEAN_COSINE and flips_pass
+        scores_pass = self.max_maxsim_error is None or self.max_maxsim_error <= MAX_MAXSIM_ERROR
+        return self.min_cosine >= MIN_COSINE and self.mean_cosine >= MEAN_COSINE and flips_pass and scores_pass
 
     def as_dict(self) -> dict:
         gates = {"min_cosine": MIN_COSINE, "mean_cosine": MEAN_COSINE}
         if self.max_flipped_mass is not None:
             gates["max_flipped_mass"] = MAX_FLIPPED_MASS
+        if self.max_maxsim_error is not None:
+            gates["max_maxsim_error"] = MAX_MAXSIM_ERROR
         return {**asdict(self), "passed": self.passed, "gates": gates}
 
 
@@ -151,13 +163,46 @@ def flipped_mass(candidate: np.ndarray, reference: np.ndarray) -> np.ndarray:
     return np.where(total > 0, moved / np.maximum(total, 1e-30), np.where(moved == 0, 0.0, 1.0))
 
 
+def probe_ids(model_dir: str, spec: ModelSpec) -> list[np.ndarray]:
+    """The probe texts' token ids as the model reads them; a multi-vector model's as queries, then as documents."""
+    if spec.task == "multivector":
+        return [e.ids for side in ("query", "document") for e in SideTokenizer(model_dir, spec, side).encode(PROBE_TEXTS)]
+    return [encoded.ids for encoded in TextTokenizer(model_dir, spec.max_length).encode(PROBE_TEXTS)]
+
+
+def maxsim_errors(candidate: list[np.ndarray], reference: list[np.ndarray], spec: ModelSpec, token_ids: list[np.ndarray]) -> np.ndarray:
+    """Per probe query, the largest change of its MaxSim score with any probe document, per query token."""
+    half = len(token_ids) // 2
+
+    def scores(rows: list[np.ndarray]) -> np.ndarray:
+        documents = [token_vectors(row, ids, spec.skiplist) for row, ids in zip(rows[half:], token_ids[half:])]
+        return np.array(
+            [[maxsim(query.reshape(len(ids), -1), document) for document in documents] for query, ids in zip(rows[:half], token_ids)]
+        )
+
+    lengths = np.array([len(ids) for ids in token_ids[:half]])
+    return np.abs(scores(candidate) - scores(reference)).max(axis=1) / lengths
+
+
 def self_check(candidate: Backend, reference: Backend, spec: ModelSpec, token_ids: list[np.ndarray]) -> Fidelity:
-    """``candidate`` against ``reference`` on the probe's token ids, in
+    """``candidate`` against ``reference`` on the probe's token ids (``probe_ids``), in
     length-sorted batches: per-token int8 and fp32 give a text the same row alone or batched."""
     started = time.perf_counter()
-    rows = [np.stack(run_batch(backend, token_ids, spec.pad_id, PROBE_TOKEN_BUDGET)) for backend in (candidate, reference)]
+    rows = [run_batch(backend, token_ids, spec.pad_id, PROBE_TOKEN_BUDGET) for backend in (candidate, reference)]
+    flips = scores = None
+    if spec.task == "multivector":  # every token's vector is a row to compare
+        scores = float(f"{maxsim_errors(*rows, spec, token_ids).max():.3g}")
+        rows = [np.concatenate([row.reshape(len(ids), -1) for row, ids in zip(backend_rows, token_ids)]) for backend_rows in rows]
+    else:
+        rows = [np.stack(backend_rows) for backend_rows in rows]
     cosines = agreement(*rows, spec)
-    flips = float(f"{flipped_mass(*rows).max():.3g}") if spec.task == "sparse" else None
+    if spec.task == "sparse":
+        flips = float(f"{flipped_mass(*rows).max():.3g}")
     return Fidelity(
-        round(float(cosines.min()), 5), round(float(cosines.mean()), 5), len(token_ids), round(time.perf_counter() - started, 3), flips
+        round(float(cosines.min()), 5),
+        round(float(cosines.mean()), 5),
+        len(token_ids),
+        round(time.perf_counter() - started, 3),
+        flips,
+        scores,
     )

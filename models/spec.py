@@ -6,11 +6,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Task = Literal["classify", "embed", "sparse"]
+Task = Literal["classify", "embed", "sparse", "multivector"]
 Pooling = Literal["mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken"]
 Activation = Literal["softmax", "sigmoid"]
 
-TASKS: tuple[Task, ...] = ("classify", "embed", "sparse")
+TASKS: tuple[Task, ...] = ("classify", "embed", "sparse", "multivector")
 POOLINGS: tuple[Pooling, ...] = ("mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken")
 DenseActivation = Literal["identity", "tanh", "relu", "sigmoid"]
 ACTIVATIONS: tuple[Activation, ...] = ("softmax", "sigmoid")
@@ -35,6 +35,13 @@ class ModelSpec:
     sentence-transformers' (ignored for classifiers). ``sparse_pooling``/``sparse_activation`` are a
     SPLADE model's ``SpladePooling`` settings (its ``dimensions``: the vocabulary). ``pad_id`` is the tokenizer's padding id,
     which the runner needs without loading the tokenizer.
+
+    A multi-vector (PyLate / ColBERT) model gives a vector per token, through its ``dense`` layers and
+    unit length each; ``max_length`` is its document length, ``query_length`` its query length, each
+    counting the prefix token (``query_prefix_id``/``document_prefix_id``, put after the first token;
+    None: no prefix). ``expansion_id`` pads a query up to ``query_length`` (None: no query expansion),
+    tokens that the query's own tokens attend to only where ``attend_to_expansion``; ``skiplist``: the
+    ids whose vectors a document leaves out (punctuation).
     """
 
     task: Task
@@ -51,6 +58,12 @@ class ModelSpec:
     prompts: dict[str, str] = dataclasses.field(default_factory=dict)
     default_prompt_name: str | None = None
     pad_id: int = 0
+    query_length: int | None = None
+    query_prefix_id: int | None = None
+    document_prefix_id: int | None = None
+    expansion_id: int | None = None
+    attend_to_expansion: bool = False
+    skiplist: tuple[int, ...] = ()
     source: str = ""
     revision: str | None = None
 
@@ -67,6 +80,8 @@ class ModelSpec:
             raise ValueError(f"max_length must be at least 2, got {self.max_length}")
         if self.task == "classify" and len(self.labels) < 1:
             raise ValueError("a classifier needs at least one label")
+        if self.task == "multivector" and (self.query_length or 0) < 2:
+            raise ValueError(f"a multi-vector model needs a query_length of at least 2, got {self.query_length}")
         if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
             raise ValueError(f"the default prompt {self.default_prompt_name!r} is not one of the prompts {sorted(self.prompts)}")
 
@@ -75,6 +90,7 @@ class ModelSpec:
         data = {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
         data["labels"] = list(self.labels)
         data["dense"] = list(self.dense)
+        data["skiplist"] = list(self.skiplist)
         return data
 
     @classmethod
@@ -88,6 +104,7 @@ class ModelSpec:
         values = {key: value for key, value in metadata.items() if key in known}
         values["labels"] = tuple(values.get("labels") or ())
         values["dense"] = tuple(values.get("dense") or ())
+        values["skiplist"] = tuple(values.get("skiplist") or ())
         # Stored before the activation was recorded: one logit was always a sigmoid's.
         values.setdefault("activation", "sigmoid" if len(values["labels"]) == 1 else "softmax")
         return cls(**values)

@@ -124,6 +124,7 @@ def import_model(
         tokenizer.model_max_length,
         tokenizer.pad_token_id,
         eos_id=tokenizer.eos_token_id,
+        tokenizer=tokenizer,
         task=task,
         max_length=max_length,
         source=source or str(model_dir),

@@ -11,7 +11,8 @@ from typing import Literal
 import numpy as np
 from tokenizers import Tokenizer
 
-from .batching import with_segments
+from .batching import unattended, with_segments
+from .spec import ModelSpec
 
 # One text, or a pair (query, passage) tokenized together as a cross-encoder reads it.
 TextInput = str | tuple[str, str]
@@ -102,6 +103,56 @@ class TextTokenizer:
                     tokens.append(Token(id_, piece, False, first, first + len(piece.encode())))
             listed.append(tokens)
         return listed
+
+
+Side = Literal["query", "document"]
+
+
+class SideTokenizer:
+    """A multi-vector (ColBERT) model's queries or documents as PyLate tokenizes them: the text stripped,
+    cut to the side's length less the prefix, the prefix token put after the first token, and a query
+    padded with expansion tokens up to its length (marked unattended where the model does not attend to
+    them: ``models.batching.unattended``).
+    """
+
+    def __init__(self, model_dir: str | Path, spec: ModelSpec, side: Side) -> None:
+        self.side = side
+        self.prefix_id = spec.query_prefix_id if side == "query" else spec.document_prefix_id
+        self.max_length = spec.query_length if side == "query" else spec.max_length
+        self.texts = TextTokenizer(model_dir, self.max_length - (self.prefix_id is not None))
+        self.expansion = None
+        if side == "query" and spec.expansion_id is not None:
+            expansion = np.asarray([spec.expansion_id], dtype=np.int32)
+            self.expansion = expansion if spec.attend_to_expansion else unattended(expansion)
+
+    def encode(self, texts: Sequence[str], cut: Literal["right", "left"] = "right", max_tokens: int | None = None) -> list[Encoded]:
+        if max_tokens is not None:
+            raise ValueError("a multi-vector model's texts are cut to its query or document length only")
+        encoded = []
+        for text in self.texts.encode([text.strip() for text in texts], cut):
+            ids = text.ids if self.prefix_id is None else np.insert(text.ids, 1, self.prefix_id)
+            if self.expansion is not None and len(ids) < self.max_length:
+                ids = np.concatenate([ids, np.repeat(self.expansion, self.max_length - len(ids))])
+            encoded.append(Encoded(ids, text.truncated))
+        return encoded
+
+
+class QueryAndDocuments:
+    """A rerank's texts in one call: the first as a query, the others as documents."""
+
+    def __init__(self, sides: dict[Side, SideTokenizer]) -> None:
+        self.query, self.document = sides["query"], sides["document"]
+        self.max_length = self.document.max_length
+
+    def encode(self, texts: Sequence[str], cut: Literal["right", "left"] = "right", max_tokens: int | None = None) -> list[Encoded]:
+        return self.query.encode(texts[:1], cut, max_tokens) + self.document.encode(texts[1:], cut, max_tokens)
+
+
+def side_tokenizers(model_dir: str | Path, spec: ModelSpec) -> dict[Side, SideTokenizer]:
+    """A multi-vector model's query and document tokenizers (none for other models)."""
+    if spec.task != "multivector":
+        return {}
+    return {side: SideTokenizer(model_dir, spec, side) for side in ("query", "document")}
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,7 @@ class Telemetry:
             ),
             fidelity=prom.Gauge(
                 "textbento_backend_fidelity",
-                "the served fast graph against fp32 on the start-up probe (cosines; sparse models: max flipped mass)",
+                "the served fast graph against fp32 on the start-up probe (cosines; sparse: flipped mass; multi-vector: MaxSim error)",
                 ["model", "stat"],
                 multiprocess_mode="livemax",
             ),
@@ -223,8 +223,9 @@ class Telemetry:
         if backend.fidelity is not None:
             self.families.fidelity.labels(model, "min_cosine").set(backend.fidelity.min_cosine)
             self.families.fidelity.labels(model, "mean_cosine").set(backend.fidelity.mean_cosine)
-            if backend.fidelity.max_flipped_mass is not None:
-                self.families.fidelity.labels(model, "max_flipped_mass").set(backend.fidelity.max_flipped_mass)
+            for stat in ("max_flipped_mass", "max_maxsim_error"):  # sparse and multi-vector models' own gates
+                if (value := getattr(backend.fidelity, stat)) is not None:
+                    self.families.fidelity.labels(model, stat).set(value)
         for trial in backend.trials:
             if trial.texts_per_s is not None:
                 self.families.trial_speed.labels(model, trial.backend, trial.precision, str(int(trial.served))).set(trial.texts_per_s)

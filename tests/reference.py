@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +36,24 @@ def backend_outputs(tag: str, backend: str, texts: list[str]) -> np.ndarray:
     spec = ModelSpec.of(stored)
     ids = [encoded.ids for encoded in TextTokenizer(stored.path, spec.max_length).encode(texts)]
     return np.stack(run_batch(load_backend(backend, stored.path, spec, threads=2), ids, spec.pad_id, token_budget=2048))
+
+
+@contextmanager
+def damaged_int8(damage: Callable[[np.ndarray], np.ndarray]) -> Iterator[None]:
+    """Within it, the ONNX backend's int8 graph answers ``damage(rows)``, as a worse graph would (the
+    self-check's gates are held to what they must refuse)."""
+    from unittest import mock
+
+    from models.backends import onnx_backend
+
+    forward = onnx_backend.OnnxBackend.forward
+
+    def damaged(self, *batch):
+        rows = forward(self, *batch)
+        return damage(rows) if self.precision.startswith("int8") else rows
+
+    with mock.patch.object(onnx_backend.OnnxBackend, "forward", damaged):
+        yield
 
 
 def assert_served_as_in_process(served: np.ndarray, card: dict, texts: list[str]) -> None:

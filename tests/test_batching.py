@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from models.batching import balanced_slices, pad, plan_sub_batches
+from models.batching import UNATTENDED, balanced_slices, pad, plan_sub_batches, unattended
 from models.inference import run_batch, run_passes
 
 
@@ -58,6 +58,30 @@ def test_pad_right_pads_with_mask():
     assert ids.tolist() == [[1, 2, 3], [4, 0, 0]]
     assert mask.tolist() == [[1, 1, 1], [1, 0, 0]]
     assert ids.dtype == np.int64 and mask.dtype == np.int64
+
+
+def test_unattended_tokens_are_rows_tokens_with_a_mask_of_their_own():
+    """A query's expansion tokens (multi-vector models): plain ids, mask ``UNATTENDED``, padding still 0."""
+    query = np.concatenate([np.array([101, 7, 102], dtype=np.int32), unattended(np.array([103, 103], dtype=np.int32))])
+    ids, mask = pad([query, np.array([5, 6], dtype=np.int32)], pad_id=0)
+    assert ids.tolist() == [[101, 7, 102, 103, 103], [5, 6, 0, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, UNATTENDED, UNATTENDED], [1, 1, 0, 0, 0]]
+
+
+class TokenRows:
+    """Returns a ``[rows, width, 2]`` row per text, as a multi-vector model's token vectors come."""
+
+    name, device = "tokens", "cpu"
+
+    def forward(self, input_ids, attention_mask):
+        return np.stack([input_ids, attention_mask], axis=-1).astype(np.float32)
+
+
+def test_token_rows_are_cut_to_their_texts_tokens_and_counted_once():
+    query = np.concatenate([np.array([1, 2], dtype=np.int32), unattended(np.array([9, 9, 9], dtype=np.int32))])
+    rows, passes = run_passes(TokenRows(), [query, np.array([4], dtype=np.int32)], pad_id=0, token_budget=64)
+    assert rows[0][:, 0].tolist() == [1, 2, 9, 9, 9] and rows[1].tolist() == [[4, 1]]
+    assert passes[0].tokens == 6  # every token of both texts once, the unattended ones too
 
 
 class RecordingBackend:

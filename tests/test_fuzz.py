@@ -17,7 +17,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 def api_schema(embed_url):
     # textbento's routes and TEI's (BentoML's own probes and metrics are not ours to fuzz).
     return schemathesis.openapi.from_url(f"{embed_url}/docs.json").include(
-        path_regex=r"^/(v1|api)/|^/(embed|embed_sparse|predict|rerank|similarity|tokenize|info)?$"
+        path_regex=r"^/(v1|api)/|^/(embed|embed_all|embed_sparse|predict|rerank|similarity|tokenize|info)?$"
     )
 
 

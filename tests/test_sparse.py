@@ -18,13 +18,13 @@ from sentence_transformers import SparseEncoder
 from transformers import BertForMaskedLM
 
 from harness.testmodels import build_splade, build_tiny_bert
-from models.backends import load_backend, onnx_backend, self_checked
+from models.backends import load_backend, self_checked
 from models.detection import UnsupportedModel
 from models.selfcheck import MAX_FLIPPED_MASS, MEAN_COSINE, MIN_COSINE
 from models.spec import ModelSpec
 from models.store import import_model
 from tests.conftest import running
-from tests.reference import backend_outputs
+from tests.reference import backend_outputs, damaged_int8
 from tests.test_selfcheck import drop_small_weights
 
 TEXTS = ["a short one", "ok", "The quick brown fox jumps over the lazy dog, twice.", "Émojis 🙂 and déjà vu, naïve café."]
@@ -74,7 +74,7 @@ def test_the_graph_pools_inside_so_only_rows_of_the_vocabulary_leave_it(tiny_mlm
     assert (output.name, dims) == ("sparse_embedding", ["batch", 30522])
 
 
-def test_the_int8_graph_is_a_candidate_only_through_the_flip_gate(tiny_mlm, tmp_path, monkeypatch):
+def test_the_int8_graph_is_a_candidate_only_through_the_flip_gate(tiny_mlm, tmp_path):
     """The stored int8 graph passes here; one that also drops the small weights holding 1% of each
     text's L1 mass stays within the cosine gates, which is why sparse models have a gate of their own."""
     splade(tiny_mlm, tmp_path / "splade")
@@ -84,18 +84,12 @@ def test_the_int8_graph_is_a_candidate_only_through_the_flip_gate(tiny_mlm, tmp_
     assert (int8.name, int8.fidelity.passed) == ("onnx-int8", True), int8.fidelity
     assert int8.fidelity.max_flipped_mass <= MAX_FLIPPED_MASS
 
-    forward = onnx_backend.OnnxBackend.forward
-
-    def dropping(self, *batch):
-        rows = forward(self, *batch)
-        return drop_small_weights(rows, 0.01) if self.precision.startswith("int8") else rows
-
-    monkeypatch.setattr(onnx_backend.OnnxBackend, "forward", dropping)
-    _, (int8, *_), _ = self_checked(stored.path, spec, 2)
-    assert (int8.name, int8.fidelity.passed) == ("onnx-int8", False), int8.fidelity
-    assert int8.fidelity.min_cosine >= MIN_COSINE and int8.fidelity.mean_cosine >= MEAN_COSINE
-    assert int8.fidelity.max_flipped_mass > MAX_FLIPPED_MASS
-    assert load_backend("auto", stored.path, spec, 2).name != "onnx-int8"
+    with damaged_int8(lambda rows: drop_small_weights(rows, 0.01)):
+        _, (int8, *_), _ = self_checked(stored.path, spec, 2)
+        assert (int8.name, int8.fidelity.passed) == ("onnx-int8", False), int8.fidelity
+        assert int8.fidelity.min_cosine >= MIN_COSINE and int8.fidelity.mean_cosine >= MEAN_COSINE
+        assert int8.fidelity.max_flipped_mass > MAX_FLIPPED_MASS
+        assert load_backend("auto", stored.path, spec, 2).name != "onnx-int8"
 
 
 def rewrite_modules(directory: Path, modules: list[dict]) -> None:

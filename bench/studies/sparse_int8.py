@@ -21,13 +21,12 @@ too. Random weights give the real cost, and only a hint of real accuracy. The mo
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from bench.studies import alternated_rates, each_shape
 
 TOP_K = 32
 SPARSITY = 0.01
@@ -129,13 +128,7 @@ def measure(shape: str, root: Path, texts: list[str], rounds: int) -> dict:
     auto = load_backend("auto", stored.path, spec, settings.runner_threads)
     report["auto"] = {"served": f"{auto.name} {auto.precision}", "fidelity": auto.fidelity.as_dict()}
     ids = [e.ids for e in tokenizer.encode(texts)]
-    best = dict.fromkeys(backends, 0.0)
-    for _ in range(rounds):  # alternated, so that a noisy neighbour slows both
-        for graph, backend in backends.items():
-            started = time.perf_counter()
-            for start in range(0, len(ids), 32):
-                run_batch(backend, ids[start : start + 32], spec.pad_id, settings.token_budget)
-            best[graph] = max(best[graph], len(ids) / (time.perf_counter() - started))
+    best = alternated_rates(backends, ids, spec.pad_id, settings.token_budget, rounds)
     report["sentences_per_s"] = {graph: round(rate, 1) for graph, rate in best.items()}
     report["int8_over_fp32"] = round(best["int8"] / best["fp32"], 2)
     report["tokens_per_text"] = round(sum(len(i) for i in ids) / len(ids), 1)
@@ -148,27 +141,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--shapes", nargs="+", default=["test", "minilm", "minilm-sparse", "bert-base-sparse"])
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="sparse-int8-"))
-    os.environ["BENTOML_HOME"] = str(home / "bentoml")  # before bentoml is imported
-    from bench import write_result
     from harness.texts import short_texts
+
+    shapes, load = each_shape("sparse-int8-", args.shapes, lambda shape, root: measure(shape, root, short_texts(args.texts), args.rounds))
+    from bench import write_result
     from serving.settings import settings
 
-    load_before = os.getloadavg()
-    try:
-        shapes = {}
-        for shape in args.shapes:
-            shapes[shape] = measure(shape, home, short_texts(args.texts), args.rounds)
-            print(shape, shapes[shape], flush=True)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
     report = {
         "what": "random-weight SPLADE (max, relu), per-token int8 vs fp32 ONNX on this CPU, per text",
         "texts": args.texts,
         "rounds": args.rounds,
         "runner_threads": settings.runner_threads,
         "token_budget": settings.token_budget,
-        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],  # 2 cores shared with other work
+        "load_average_before_after": load,  # 2 cores shared with other work
         "shapes": shapes,
     }
     print(write_result("sparse-int8.json", report))

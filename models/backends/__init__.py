@@ -19,10 +19,9 @@ from pathlib import Path
 from ..cpu import describe, has_amx_bf16
 from ..inference import Backend
 from ..onnx_layout import has_onnx
-from ..selfcheck import PROBE_TEXTS, Trial, self_check
+from ..selfcheck import Trial, probe_ids, self_check
 from ..selfcheck import speeds as texts_per_s
 from ..spec import ModelSpec
-from ..tokenization import TextTokenizer
 
 logger = logging.getLogger("textbento")
 
@@ -93,7 +92,7 @@ def self_checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> tuple[
     from .onnx_backend import SIGNED, OnnxBackend  # here: onnxruntime is loaded only where a graph is served
 
     reference = OnnxBackend(model_dir, spec, threads, cpu_graph="fp32", cuda=False)
-    probe = [encoded.ids for encoded in TextTokenizer(model_dir, spec.max_length).encode(PROBE_TEXTS)]
+    probe = probe_ids(model_dir, spec)
     fast = OnnxBackend(model_dir, spec, threads, cpu_graph="int8")
     fast.fidelity = self_check(fast, reference, spec, probe)
     candidates = [fast]

@@ -122,13 +122,14 @@ class OnnxBackend:
             self.streams = Streams(*load(graph, [1, threads] if threads > 1 else [1]))
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        """Logits, or pooled sentence embeddings, of one padded batch."""
-        lengths = attention_mask.sum(axis=1)
+        """Logits, pooled sentence embeddings, SPLADE weights or token vectors of one padded batch."""
+        lengths = np.count_nonzero(attention_mask, axis=1)
 
         def answer(session: ort.InferenceSession, rows: slice) -> np.ndarray:
             width = int(lengths[rows].max())  # right padding: the slice's longest row
             ids, mask = input_ids[rows, :width], attention_mask[rows, :width]
-            return graph_answer(self.spec, session.run(None, graph_inputs(self.spec, ids, mask))[0], mask, self.dense)
+            output = session.run(None, graph_inputs(self.spec, ids, mask))[0]
+            return graph_answer(self.spec, output, mask, self.dense, input_ids.shape[1])
 
         return self.streams.run(answer, lengths)
 
@@ -171,9 +172,12 @@ def graph_inputs(spec: ModelSpec, input_ids: np.ndarray, attention_mask: np.ndar
     return inputs
 
 
-def graph_answer(spec: ModelSpec, output: np.ndarray, attention_mask: np.ndarray, dense: list[DenseLayer]) -> np.ndarray:
+def graph_answer(spec: ModelSpec, output: np.ndarray, attention_mask: np.ndarray, dense: list[DenseLayer], width: int) -> np.ndarray:
     """A stored graph's first output as the backend answers: logits and SPLADE weights (pooled in the
-    graph) as they are, an embedder's token states pooled into sentence embeddings."""
+    graph) as they are, an embedder's token states pooled into sentence embeddings, token vectors padded
+    to the batch's ``width`` (a stream's slice is cut to its own longest row; the slices are joined)."""
+    if spec.task == "multivector":
+        return np.pad(output, ((0, 0), (0, width - output.shape[1]), (0, 0)))
     if spec.task != "embed":
         return output
     return sentence_embeddings(output, attention_mask, spec.pooling, spec.normalize, dense)

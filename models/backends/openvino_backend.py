@@ -43,6 +43,6 @@ class OpenVinoBackend:
         self.output = compiled.outputs[0]
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        """Logits, or pooled sentence embeddings, of one padded batch."""
+        """Logits, pooled sentence embeddings, SPLADE weights or token vectors of one padded batch."""
         output = self.request.infer(graph_inputs(self.spec, input_ids, attention_mask))[self.output]
-        return graph_answer(self.spec, output, attention_mask, self.dense)
+        return graph_answer(self.spec, output, attention_mask, self.dense, input_ids.shape[1])

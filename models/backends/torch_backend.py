@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..batching import split_segments
-from ..heads import SpladeEncoder, model_class
+from ..heads import model_class, task_module
 from ..postprocess import load_dense, sentence_embeddings
 from ..spec import ModelSpec
 
@@ -30,8 +30,8 @@ class TorchBackend:
         self.precision = "fp16" if self.device == "cuda" else "fp32"
         self.model = model_class(spec.task).from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
         self.model.config.use_cache = False  # a decoder would keep every pass's keys and values, for generation
-        # SPLADE pools its MLM logits in torch, as the ONNX graph does (``models.heads``).
-        self.sparse = SpladeEncoder(self.model, spec).eval() if spec.task == "sparse" else None
+        # SPLADE pools its MLM logits, a multi-vector model projects its tokens, in torch as in the ONNX graph (``models.heads``).
+        self.head = task_module(self.model, spec, model_dir)
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         input_ids, token_type_ids = split_segments(input_ids)
@@ -39,8 +39,8 @@ class TorchBackend:
         types = {"token_type_ids": torch.from_numpy(token_type_ids).to(self.device)} if self.spec.token_types else {}
         ids, mask = torch.from_numpy(input_ids).to(self.device), torch.from_numpy(attention_mask).to(self.device)
         with torch.inference_mode():
-            if self.sparse is not None:
-                return self.sparse(ids, mask, **types).float().cpu().numpy()
+            if self.head is not None:
+                return self.head(ids, mask, **types).float().cpu().numpy()
             outputs = self.model(input_ids=ids, attention_mask=mask, **types)
             if self.spec.task == "classify":
                 return outputs.logits.float().cpu().numpy()
