@@ -7,6 +7,7 @@ the tag and the spec recorded at import. No BentoML import here: an executor loa
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,12 @@ class Embedder:
         self.prompt, self.dimensions, self.truncate = prompt, dimensions, truncate
         self.tokenizer = TextTokenizer(directory, self.spec.max_length)
         self.backend: Backend = load_backend(backend, directory, self.spec, threads)
+
+    def with_options(self, prompt: str, dimensions: int | None, truncate: bool) -> Embedder:
+        """The same loaded model with other options (a shallow copy: one tokenizer, one backend)."""
+        other = copy.copy(self)
+        other.prompt, other.dimensions, other.truncate = prompt, dimensions, truncate
+        return other
 
     @property
     def metadata(self) -> dict:
