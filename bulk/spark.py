@@ -39,12 +39,10 @@ from models.onnx_layout import has_onnx
 from serving.settings import settings
 
 from .corpus import Output, Row, checked, input_format, parsed, write_part
+from .corpus import records as corpus_records
 from .embedder import Embedder, stored_model
 
 ROOT = Path(__file__).resolve().parent.parent
-# Spark reads CSV as Python's csv module does: quotes doubled inside quoted fields, fields across lines,
-# an empty field an empty string (no string reads as null), a missing one null.
-CSV_OPTIONS = {"header": "true", "multiLine": "true", "escape": '"', "nullValue": "\u0000never\u0000", "mode": "PERMISSIVE"}
 
 
 @dataclass(frozen=True)
@@ -185,19 +183,22 @@ def embedded_batches(batches: Iterable[pa.RecordBatch], model: Model, text_colum
         yield pa.RecordBatch.from_arrays(columns, [*batch.schema.names, "vector", "tokens", "reason"])
 
 
-def numbered(spark, path: Path, text_field: str, id_field: str | None):
+def numbered(spark, source: str, text_field: str, id_field: str | None):
     """The input's rows as ``bulk.corpus.rows`` reads them, numbered across Spark's partitions of it:
     an RDD of (number, (number, id as JSON, text, reason)), and the number of rows.
 
     Spark reads the file in splits, in order; each split's rows are counted first, so that every split
-    knows the number its first row has. JSON Lines are read as lines and parsed here, as ``bulk.corpus`` parses them.
+    knows the number its first row has. JSON Lines are read as lines and parsed here, as ``bulk.corpus`` parses
+    them. ``source``: a path, or for JSON Lines and Parquet any URI Spark reads (hdfs://, s3a://...).
     """
-    kind, fields = input_format(path), [text_field, *([id_field] if id_field else [])]
+    kind, fields = input_format(Path(source)), [text_field, *([id_field] if id_field else [])]
     if kind == "jsonl":
-        counted = spark.sparkContext.textFile(str(path)).filter(str.strip)
+        counted = spark.sparkContext.textFile(source).filter(str.strip)
         records = counted.map(parsed)
+    elif kind == "csv":  # one task reads it with bulk.corpus: Spark's reader cannot tell an empty field from a missing one
+        counted = records = spark.sparkContext.parallelize([source], 1).flatMap(lambda path: corpus_records(Path(path), fields))
     else:
-        frame = spark.read.options(**CSV_OPTIONS).csv(str(path)) if kind == "csv" else spark.read.parquet(str(path))
+        frame = spark.read.parquet(source)
         frame = frame.select(*[f"`{name}`" for name in fields if name in frame.columns])
         counted = records = frame.rdd.map(lambda record: record.asDict())
     counts = counted.mapPartitions(lambda split: [sum(1 for _ in split)]).collect()
@@ -234,10 +235,10 @@ def written(window_rows: Iterable[tuple[int, tuple]], model: Model, directory: s
     yield {"entry": entry, "reasons": dict(reasons), "pid": os.getpid(), "loads": LOADS[os.getpid()], "backend": job.metadata}
 
 
-def run(spark, model: Model, output: Output, input_path: Path, text_field: str, id_field: str | None, window: int, **noted: float) -> dict:
+def run(spark, model: Model, output: Output, source: str, text_field: str, id_field: str | None, window: int, **noted: float) -> dict:
     """Every window after the finished parts, embedded and written by the executors; the manifest; the summary."""
     started, skip = time.perf_counter(), output.rows_done
-    keyed, total = numbered(spark, input_path, text_field, id_field)
+    keyed, total = numbered(spark, source, text_field, id_field)
     first_window, windows = skip // window, -(-total // window) - skip // window
     reports = []
     if windows > 0:
@@ -295,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--master", help="Spark master, e.g. local[2]; default: spark-submit's, else pyspark's local[*]")
     parser.add_argument("--model", default="text-model:latest", help="BentoML store tag, or a stored model's directory")
     parser.add_argument("--ship", choices=("auto", "yes", "no"), default="auto", help="ship the model with the job (auto: unless local)")
-    parser.add_argument("--input", required=True, type=Path, help=".jsonl, .csv or .parquet, read by Spark")
+    parser.add_argument("--input", required=True, help=".jsonl, .csv or .parquet: a path; for .jsonl and .parquet also a URI Spark reads")
     parser.add_argument("--text-field", default="text")
     parser.add_argument("--id-field", help="default: the row's number in the input")
     parser.add_argument("--output", required=True, type=Path, help="directory every executor writes to: parts, rejects, manifest.json")
@@ -306,10 +307,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-truncate", action="store_true", help="reject texts past the model's limit instead of cutting them")
     parser.add_argument("--window", type=int, default=8192, help="rows per Spark partition and per part")
     args = parser.parse_args(argv)
-    input_format(args.input)  # an unknown format is refused before Spark starts
-    if not args.input.exists():
+    input_format(Path(args.input))  # an unknown format is refused before Spark starts
+    source = args.input if "://" in args.input else str(Path(args.input).resolve())
+    if "://" not in source and not Path(source).is_file():
         raise SystemExit(f"{args.input}: no such file")
-    started = time.perf_counter()
+    from pyspark.sql import SparkSession
+
+    started, running = time.perf_counter(), SparkSession.getActiveSession()
     spark = session(args.master)
     spark_start_s = time.perf_counter() - started
     try:
@@ -317,7 +321,7 @@ def main(argv: list[str] | None = None) -> dict:
         model = prepared(spark, args.model, args.backend, args.prompt_name, args.dimensions, not args.no_truncate, args.threads, ship)
         tag, _ = stored_model(model_directory(args.model))
         job = {
-            "input": str(args.input.resolve()),
+            "input": source,
             "text_field": args.text_field,
             "id_field": args.id_field,
             "model": tag,
@@ -327,11 +331,10 @@ def main(argv: list[str] | None = None) -> dict:
             "window": args.window,
         }
         output = Output.open(args.output, job)
-        summary = run(
-            spark, model, output, args.input, args.text_field, args.id_field, args.window, session_start_s=round(spark_start_s, 2)
-        )
+        summary = run(spark, model, output, source, args.text_field, args.id_field, args.window, session_start_s=round(spark_start_s, 2))
     finally:
-        spark.stop()
+        if running is None:  # a session of its own: stopped (one it was given goes on)
+            spark.stop()
     print(json.dumps(summary, indent=1), file=sys.stderr)
     return summary
 
