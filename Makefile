@@ -74,6 +74,11 @@ bench: venv
 bench-bulk: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.bulk
 
+# bulk.spark on local[2] against bulk.embed, same machine, model, texts and backend, in turns: texts/s, the
+# ratio, and the vectors held to each other: bench/results/bulk-spark.json.
+bench-bulk-spark: venv java
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.bulk_spark
+
 # textbento vs infinity-emb (its own venv under build/peers/), same model, loaded in turns, 3 rounds:
 # 1 text c=1 (p50), 1 text c=64, 32 texts c=8, and each one's fidelity to transformers: bench/results/peers.json.
 bench-peers: venv

@@ -10,9 +10,9 @@ files as ``bulk.embed`` writes, part for part. A directory whose manifest lists 
 the same job is resumed after them, whichever of the two wrote them.
 
 ``embed_texts`` is the same model on any DataFrame with a text column: three columns more, through
-``mapInArrow``. On both paths each Python worker loads the model once (``embedder``, a cache by
-model and options) and keeps it for every batch and task it runs after; its backend gets
-``spark.task.cpus`` threads (docs/bulk.md, "On Spark").
+``mapInArrow``. On both paths each Python worker loads the model once (``Model.embedder``, a cache
+by model directory, backend and threads) and keeps it for every batch and task it runs after; its
+backend gets ``spark.task.cpus`` threads (docs/bulk.md, "On Spark").
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import atexit
 import itertools
 import json
 import os
+import resource
 import shutil
 import sys
 import tarfile
@@ -82,9 +83,11 @@ LOADS: Counter[int] = Counter()  # model loads by process id: one per Python wor
 
 
 def model_directory(model: str) -> Path:
-    """A stored model's directory: ``model`` itself when it holds one (``model.yaml``), else the store's for that tag."""
+    """A stored model's directory: ``model`` itself when it holds one (``model.yaml``; a relative path stays
+    relative, as each executor's working directory holds what ``spark-submit --archives`` unpacked), else the
+    store's for that tag."""
     if (Path(model) / "model.yaml").is_file():
-        return Path(model).resolve()
+        return Path(model)
     import bentoml
 
     return Path(bentoml.models.get(model).path)
@@ -232,7 +235,8 @@ def written(window_rows: Iterable[tuple[int, tuple]], model: Model, directory: s
         job.metadata,
     )
     reasons = Counter(row.problem.split(":")[0] for row in refused)
-    yield {"entry": entry, "reasons": dict(reasons), "pid": os.getpid(), "loads": LOADS[os.getpid()], "backend": job.metadata}
+    pid, rss = os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    yield {"entry": entry, "reasons": dict(reasons), "pid": pid, "loads": LOADS[pid], "backend": job.metadata, "rss": rss}
 
 
 def run(spark, model: Model, output: Output, source: str, text_field: str, id_field: str | None, window: int, **noted: float) -> dict:
@@ -268,6 +272,7 @@ def run(spark, model: Model, output: Output, source: str, text_field: str, id_fi
             "partitions": windows,
             "python_workers": len(loads),
             "model_loads": sum(loads.values()),
+            "python_worker_peak_rss_mib": round(max((report["rss"] for report in reports), default=0)),
             "backends": sorted({f"{r['backend']['backend']} {r['backend']['precision']}" for r in reports}),
             **noted,
         },

@@ -89,6 +89,22 @@ def test_csv_and_parquet_corpora_get_bulk_embeds_files_and_rejects(spark, embed_
         assert single["rejected"] == rejected
 
 
+def test_it_resumes_after_the_parts_bulk_embed_finished(spark, embed_tag, tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "text": f"{TEXTS[i % 3]} number {i}"}) + "\n" for i in range(30)))
+    args = ["--model", embed_tag, "--input", str(corpus), "--output", str(tmp_path / "out"), "--backend", "onnx-int8", "--window", "8"]
+    embed.main(args)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps({"job": manifest["job"], "parts": manifest["parts"][:2]}))
+    first = (tmp_path / "out" / "part-00000.parquet").stat().st_mtime_ns
+
+    summary = spark_job.main(["--master", "local[2]", "--ship", "yes", *args])
+
+    assert summary["resumed_after_rows"] == 16 and summary["embedded"] == 14
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["parts"] == manifest["parts"]
+    assert (tmp_path / "out" / "part-00000.parquet").stat().st_mtime_ns == first
+
+
 def test_embed_texts_adds_vectors_to_a_dataframe(spark, embed_tag):
     texts = [f"{TEXTS[i % 5][:300]} ({i})" for i in range(3)]
     frame = spark.createDataFrame(
