@@ -26,7 +26,8 @@ model: venv
 serve: model
 	$(BIN)/bentoml serve service:TextBento --host $(HOST) --port $(PORT)
 
-test: venv
+# Java for tests/test_bulk_spark.py (`make java`).
+test: venv java
 	$(BIN)/python -m pytest -q tests
 
 # The tests that start no server and import no model (the slow ones carry the mark `slow`: pytest.ini).

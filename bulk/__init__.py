@@ -9,4 +9,5 @@ One module, one job:
 - ``corpus``  the input read as a stream of checked rows; the output's parts, rejects and manifest, written atomically
 - ``embedder`` the stored model read from its directory, loaded once: windows of rows through its tokenizer and backend
 - ``embed``   the job on one machine and its command line: the input's windows, one after another (docs/bulk.md)
+- ``spark``   the same job on Apache Spark, a window per partition, and ``embed_texts`` for any DataFrame (pyspark: not served)
 """

@@ -145,6 +145,18 @@ class Output:
         atomically(self.directory / MANIFEST, lambda path: path.write_text(body))
 
 
+def summary(resumed_after_rows: int, embedded: int, reasons: dict[str, int], seconds: float) -> dict:
+    """A run's summary, as the manifest records it at the end: rows embedded and rejected (by reason), texts/s."""
+    return {
+        "resumed_after_rows": resumed_after_rows,
+        "embedded": embedded,
+        "rejected": sum(reasons.values()),
+        "rejected_by_reason": dict(reasons),
+        "seconds": round(seconds, 2),
+        "texts_per_s": round(embedded / seconds, 1) if seconds else None,
+    }
+
+
 def write_part(
     directory: Path,
     number: int,

@@ -34,7 +34,7 @@ from models.spec import ModelSpec
 from models.tokenization import Encoded
 from serving.settings import settings
 
-from .corpus import Output, Row, count_rows, input_format, rows
+from .corpus import Output, Row, count_rows, input_format, rows, summary
 from .embedder import Embedder
 
 logger = logging.getLogger("textbento.bulk")
@@ -92,17 +92,9 @@ def run(job: Job, output: Output, input_path: Path, text_field: str, id_field: s
             embedded += len(texts)
             progress.update(len(current))
     progress.close()
-    seconds = time.perf_counter() - started
-    summary = {
-        "resumed_after_rows": skip,
-        "embedded": embedded,
-        "rejected": sum(reasons.values()),
-        "rejected_by_reason": dict(reasons),
-        "seconds": round(seconds, 2),
-        "texts_per_s": round(embedded / seconds, 1) if seconds else None,
-    }
-    output.save(done=True, summary=summary)
-    return summary
+    done = summary(skip, embedded, reasons, time.perf_counter() - started)
+    output.save(done=True, summary=done)
+    return done
 
 
 def dry_run(job: Job, input_path: Path, text_field: str, id_field: str | None) -> dict:
@@ -158,9 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
         "window": args.window,
     }
     output = Output.open(args.output, spec)
-    summary = run(job, output, args.input, args.text_field, args.id_field, args.window)
-    print(json.dumps(summary, indent=1), file=sys.stderr)
-    return summary
+    result = run(job, output, args.input, args.text_field, args.id_field, args.window)
+    print(json.dumps(result, indent=1), file=sys.stderr)
+    return result
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from models.backends import BACKENDS
 from models.onnx_layout import has_onnx
 from serving.settings import settings
 
-from .corpus import Output, Row, checked, input_format, parsed, write_part
+from .corpus import Output, Row, checked, input_format, parsed, summary, write_part
 from .corpus import records as corpus_records
 from .embedder import Embedder, stored_model
 
@@ -256,16 +256,10 @@ def run(spark, model: Model, output: Output, source: str, text_field: str, id_fi
     reasons: Counter[str] = Counter()
     for report in reports:
         reasons.update(report["reasons"])
-    seconds = time.perf_counter() - started
     embedded = sum(report["entry"]["rows"] for report in reports)
     loads = {report["pid"]: report["loads"] for report in reports}
-    summary = {
-        "resumed_after_rows": skip,
-        "embedded": embedded,
-        "rejected": sum(reasons.values()),
-        "rejected_by_reason": dict(reasons),
-        "seconds": round(seconds, 2),
-        "texts_per_s": round(embedded / seconds, 1) if seconds else None,
+    done = {
+        **summary(skip, embedded, reasons, time.perf_counter() - started),
         "spark": {
             "master": spark.sparkContext.master,
             "default_parallelism": spark.sparkContext.defaultParallelism,
@@ -277,8 +271,8 @@ def run(spark, model: Model, output: Output, source: str, text_field: str, id_fi
             **noted,
         },
     }
-    output.save(done=True, summary=summary)
-    return summary
+    output.save(done=True, summary=done)
+    return done
 
 
 def session(master: str | None, app: str = "textbento bulk.spark"):
@@ -336,12 +330,12 @@ def main(argv: list[str] | None = None) -> dict:
             "window": args.window,
         }
         output = Output.open(args.output, job)
-        summary = run(spark, model, output, source, args.text_field, args.id_field, args.window, session_start_s=round(spark_start_s, 2))
+        result = run(spark, model, output, source, args.text_field, args.id_field, args.window, session_start_s=round(spark_start_s, 2))
     finally:
         if running is None:  # a session of its own: stopped (one it was given goes on)
             spark.stop()
-    print(json.dumps(summary, indent=1), file=sys.stderr)
-    return summary
+    print(json.dumps(result, indent=1), file=sys.stderr)
+    return result
 
 
 if __name__ == "__main__":

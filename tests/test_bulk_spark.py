@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def spark():
+    assert shutil.which("java"), "pyspark needs Java 17 or later: make java"
     session = spark_job.session("local[2]")
     yield session
     gateway = session.sparkContext._gateway
