@@ -276,14 +276,16 @@ def run(spark, model: Model, output: Output, source: str, text_field: str, id_fi
 
 
 def session(master: str | None, app: str = "textbento bulk.spark"):
-    """A SparkSession. In local mode its Python workers run this interpreter with this project importable;
-    on a cluster, what spark-submit and the cluster set (examples/spark/README.md)."""
+    """A SparkSession. Started here in local mode (``master`` local[...], or none outside spark-submit: pyspark's
+    local[*]), its Python workers run this interpreter with this project importable; under spark-submit,
+    its master and settings (examples/spark/README.md)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app)
     if master:
         builder = builder.master(master)
-    if (master or "local").startswith("local"):
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver, and its JVM
+    if master.startswith("local") if master else not submitted:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # read by pyspark's SparkContext, not a setting
         path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         builder = builder.config("spark.executorEnv.PYTHONPATH", path).config("spark.ui.enabled", "false")
