@@ -59,7 +59,7 @@ class Job(Embedder):
     def __init__(self, tag: str, backend: str, prompt_name: str | None, dimensions: int | None, truncate: bool) -> None:
         self.model = bentoml.models.get(tag)
         prompt = checked_prompt(self.model.tag, ModelSpec.of(self.model), prompt_name, dimensions)
-        super().__init__(self.model.path, backend, prompt, dimensions, truncate, settings.runner_threads)
+        super().__init__(self.model.path, backend, prompt, dimensions, truncate, settings.runner_threads, settings.token_budget)
 
     def prepared(self, windows: Iterator[list[Row]]) -> tuple[list[Row], list[Row], list[Encoded], list[Row]] | None:
         """The next window, its rows to embed, their tokens and its refused rows; None at the end of the input."""

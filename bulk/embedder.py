@@ -2,7 +2,7 @@
 
 ``bulk.embed`` runs one in its process, ``bulk.spark`` one in each executor's Python worker. Both
 need only the stored model's directory, not a BentoML store: BentoML's ``model.yaml`` in it holds
-the tag and the spec recorded at import. No BentoML import here: an executor loads none of it.
+the tag and the spec recorded at import. No BentoML import here, nor the serving settings (which import it): an executor loads none of it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from models.inference import Backend, run_batch
 from models.postprocess import truncate_dimensions
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextTokenizer
-from serving.settings import settings
 
 from .corpus import Row
 
@@ -31,18 +30,21 @@ def stored_model(directory: str | Path) -> tuple[str, ModelSpec]:
 
 class Embedder:
     """The model in ``directory`` loaded once: rows in, the server's vectors out. ``prompt`` and
-    ``dimensions`` come checked (``bulk.embed.checked_prompt``); ``threads``: the backend's CPU threads."""
+    ``dimensions`` come checked (``bulk.embed.checked_prompt``); ``threads``: the backend's CPU threads;
+    ``token_budget``: the most padded tokens in one forward pass (``TEXTBENTO_TOKEN_BUDGET`` where the job starts)."""
 
-    def __init__(self, directory: str | Path, backend: str, prompt: str, dimensions: int | None, truncate: bool, threads: int) -> None:
+    def __init__(
+        self, directory: str | Path, backend: str, prompt: str, dimensions: int | None, truncate: bool, threads: int, token_budget: int
+    ) -> None:
         self.tag, self.spec = stored_model(directory)
-        self.prompt, self.dimensions, self.truncate = prompt, dimensions, truncate
+        self.prompt, self.dimensions, self.truncate, self.token_budget = prompt, dimensions, truncate, token_budget
         self.tokenizer = TextTokenizer(directory, self.spec.max_length)
         self.backend: Backend = load_backend(backend, directory, self.spec, threads)
 
-    def with_options(self, prompt: str, dimensions: int | None, truncate: bool) -> Embedder:
+    def with_options(self, prompt: str, dimensions: int | None, truncate: bool, token_budget: int) -> Embedder:
         """The same loaded model with other options (a shallow copy: one tokenizer, one backend)."""
         other = copy.copy(self)
-        other.prompt, other.dimensions, other.truncate = prompt, dimensions, truncate
+        other.prompt, other.dimensions, other.truncate, other.token_budget = prompt, dimensions, truncate, token_budget
         return other
 
     @property
@@ -67,5 +69,5 @@ class Embedder:
         """One float32 row per text: the length-sorted passes under the token budget, the Matryoshka cut."""
         if not encoded:
             return np.empty((0, self.dimensions or self.spec.dimensions), np.float32)
-        rows = run_batch(self.backend, [e.ids for e in encoded], self.spec.pad_id, settings.token_budget)
+        rows = run_batch(self.backend, [e.ids for e in encoded], self.spec.pad_id, self.token_budget)
         return np.stack([truncate_dimensions(row, self.dimensions, self.spec.normalize) for row in rows]).astype(np.float32)

@@ -37,7 +37,6 @@ import pyarrow as pa
 
 from models.backends import BACKENDS
 from models.onnx_layout import has_onnx
-from serving.settings import settings
 
 from .corpus import Output, Row, checked, input_format, parsed, summary, write_part
 from .corpus import records as corpus_records
@@ -53,7 +52,8 @@ class Model:
     ``directory``: a path every executor reads (local mode, a shared filesystem), or with
     ``shipped`` the name of the archive the driver added to the job (``SparkContext.addArchive``),
     unpacked on each executor where ``SparkFiles.get`` finds it. ``threads``: the backend's CPU
-    threads, by default ``spark.task.cpus`` (the cores Spark gives each task).
+    threads, by default ``spark.task.cpus`` (the cores Spark gives each task). ``token_budget``: the
+    driver's ``TEXTBENTO_TOKEN_BUDGET``, so that every executor cuts its passes as ``bulk.embed`` there would.
     """
 
     directory: str
@@ -62,6 +62,7 @@ class Model:
     prompt: str
     dimensions: int | None
     truncate: bool
+    token_budget: int
     threads: int | None = None
 
     def embedder(self) -> Embedder:
@@ -73,9 +74,9 @@ class Model:
             directory = SparkFiles.get(self.directory) if self.shipped else self.directory
             context = TaskContext.get()
             threads = self.threads or (context.cpus() if context else 1)
-            _LOADED[key] = Embedder(directory, self.backend, self.prompt, self.dimensions, self.truncate, threads)
+            _LOADED[key] = Embedder(directory, self.backend, self.prompt, self.dimensions, self.truncate, threads, self.token_budget)
             LOADS[os.getpid()] += 1
-        return _LOADED[key].with_options(self.prompt, self.dimensions, self.truncate)
+        return _LOADED[key].with_options(self.prompt, self.dimensions, self.truncate, self.token_budget)
 
 
 _LOADED: dict[tuple, Embedder] = {}
@@ -107,6 +108,8 @@ def prepared(
 
     ``model``: a store tag or a stored model's directory. ``ship``: None ships it except in local mode.
     """
+    from serving.settings import settings  # the driver's: it imports BentoML, which an executor needs not
+
     from .embed import checked_prompt
 
     directory = model_directory(model)
@@ -114,9 +117,8 @@ def prepared(
     prompt = checked_prompt(tag, spec, prompt_name, dimensions)
     if ship is None:
         ship = not spark.sparkContext.master.startswith("local")
-    if not ship:
-        return Model(str(directory), False, backend, prompt, dimensions, truncate, threads)
-    return Model(shipped(spark, directory, tag, backend), True, backend, prompt, dimensions, truncate, threads)
+    place = shipped(spark, directory, tag, backend) if ship else str(directory)
+    return Model(place, ship, backend, prompt, dimensions, truncate, settings.token_budget, threads)
 
 
 def shipped(spark, directory: Path, tag: str, backend: str) -> str:
@@ -293,6 +295,8 @@ def session(master: str | None, app: str = "textbento bulk.spark"):
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from serving.settings import settings
+
     parser = argparse.ArgumentParser(prog="python -m bulk.spark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--master", help="Spark master, e.g. local[2]; default: spark-submit's, else pyspark's local[*]")
     parser.add_argument("--model", default="text-model:latest", help="BentoML store tag, or a stored model's directory")

@@ -115,7 +115,7 @@ def test_embed_texts_adds_vectors_to_a_dataframe(spark, embed_tag):
 
     rows = {row["id"]: row for row in spark_job.embed_texts(frame, embed_tag, backend="onnx-int8", ship=True).collect()}
 
-    expected = spark_job.Model(str(spark_job.model_directory(embed_tag)), False, "onnx-int8", "", None, True, 1).embedder()
+    expected = spark_job.Model(str(spark_job.model_directory(embed_tag)), False, "onnx-int8", "", None, True, 2048, 1).embedder()
     reference = expected.vectors(expected.tokenizer.encode(texts))
     for i, vector in enumerate(reference):
         assert float(np.dot(rows[f"doc-{i}"]["vector"], vector)) >= 0.99999 and rows[f"doc-{i}"]["reason"] is None
