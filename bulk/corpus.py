@@ -59,38 +59,41 @@ def records(path: Path, fields: list[str]) -> Iterator[dict | str]:
             yield from csv.DictReader(lines)
     else:
         with path.open(encoding="utf-8") as lines:
-            for line in lines:
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    yield f"not JSON: {error.msg}"
-                    continue
-                yield record if isinstance(record, dict) else "not a JSON object"
+            yield from (parsed(line) for line in lines if line.strip())
+
+
+def parsed(line: str) -> dict | str:
+    """One JSON line as a dict, or the reason it is none."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        return f"not JSON: {error.msg}"
+    return record if isinstance(record, dict) else "not a JSON object"
 
 
 def rows(path: Path, text_field: str, id_field: str | None, skip: int = 0) -> Iterator[Row]:
-    """The input's rows from number ``skip`` on, each checked: a text field that is missing, not a
-    string or blank makes a row a reject, never a crash. Without ``id_field`` a row's id is its number."""
+    """The input's rows from number ``skip`` on, each ``checked``."""
     for number, record in enumerate(records(path, [text_field, *([id_field] if id_field else [])])):
-        if number < skip:
-            continue
-        if isinstance(record, str):
-            yield Row(number, number, None, record)
-            continue
-        row_id = record.get(id_field) if id_field else number
-        text = record.get(text_field)
-        if id_field and row_id in (None, ""):
-            yield Row(number, None, None, f"no {id_field!r} field")
-        elif text is None:
-            yield Row(number, row_id, None, f"no {text_field!r} field")
-        elif not isinstance(text, str):
-            yield Row(number, row_id, None, f"{text_field!r} is not a string ({type(text).__name__})")
-        elif not text.strip():
-            yield Row(number, row_id, None, f"{text_field!r} is empty")
-        else:
-            yield Row(number, row_id, text)
+        if number >= skip:
+            yield checked(number, record, text_field, id_field)
+
+
+def checked(number: int, record: dict | str, text_field: str, id_field: str | None) -> Row:
+    """Input row ``number`` (a record, or why it is none): a text field that is missing, not a string or
+    blank makes it a reject, never a crash. Without ``id_field`` a row's id is its number."""
+    if isinstance(record, str):
+        return Row(number, number, None, record)
+    row_id = record.get(id_field) if id_field else number
+    text = record.get(text_field)
+    if id_field and row_id in (None, ""):
+        return Row(number, None, None, f"no {id_field!r} field")
+    if text is None:
+        return Row(number, row_id, None, f"no {text_field!r} field")
+    if not isinstance(text, str):
+        return Row(number, row_id, None, f"{text_field!r} is not a string ({type(text).__name__})")
+    if not text.strip():
+        return Row(number, row_id, None, f"{text_field!r} is empty")
+    return Row(number, row_id, text)
 
 
 def count_rows(path: Path) -> int | None:
@@ -133,26 +136,51 @@ class Output:
     def write(
         self, ids: list, vectors: np.ndarray, tokens: list[int], rejects: list[Row], input_rows: tuple[int, int], metadata: dict
     ) -> None:
-        """One part and its rejects, then the manifest that lists them."""
-        number = len(self.parts)
-        part, rejected = f"part-{number:05d}.parquet", f"rejects-{number:05d}.jsonl"
-        dimensions = vectors.shape[1] if len(vectors) else 0
-        table = pa.table(
-            {
-                "id": pa.array(ids),
-                "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dimensions),
-                "tokens": pa.array(tokens, pa.int32()),
-            }
-        ).replace_schema_metadata({key: str(value) for key, value in metadata.items()})
-        atomically(self.directory / part, lambda path: pq.write_table(table, path))
-        lines = "".join(json.dumps({"row": row.number, "id": row.id, "reason": row.problem}, default=str) + "\n" for row in rejects)
-        atomically(self.directory / rejected, lambda path: path.write_text(lines))
-        self.parts.append({"file": part, "rows": len(ids), "rejects": rejected, "rejected": len(rejects), "input_rows": list(input_rows)})
+        """The next part and its rejects, then the manifest that lists them."""
+        self.parts.append(write_part(self.directory, len(self.parts), ids, vectors, tokens, rejects, input_rows, metadata))
         self.save()
 
     def save(self, **summary: Any) -> None:
         body = json.dumps({"job": self.job, "parts": self.parts, **summary}, indent=1, default=str)
         atomically(self.directory / MANIFEST, lambda path: path.write_text(body))
+
+
+def summary(resumed_after_rows: int, embedded: int, reasons: dict[str, int], seconds: float) -> dict:
+    """A run's summary, as the manifest records it at the end: rows embedded and rejected (by reason), texts/s."""
+    return {
+        "resumed_after_rows": resumed_after_rows,
+        "embedded": embedded,
+        "rejected": sum(reasons.values()),
+        "rejected_by_reason": dict(reasons),
+        "seconds": round(seconds, 2),
+        "texts_per_s": round(embedded / seconds, 1) if seconds else None,
+    }
+
+
+def write_part(
+    directory: Path,
+    number: int,
+    ids: list,
+    vectors: np.ndarray,
+    tokens: list[int],
+    rejects: list[Row],
+    input_rows: tuple[int, int],
+    metadata: dict,
+) -> dict:
+    """Part ``number`` and its rejects, each written atomically; the manifest's entry for them."""
+    part, rejected = f"part-{number:05d}.parquet", f"rejects-{number:05d}.jsonl"
+    dimensions = vectors.shape[1] if len(vectors) else 0
+    table = pa.table(
+        {
+            "id": pa.array(ids),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dimensions),
+            "tokens": pa.array(tokens, pa.int32()),
+        }
+    ).replace_schema_metadata({key: str(value) for key, value in metadata.items()})
+    atomically(directory / part, lambda path: pq.write_table(table, path))
+    lines = "".join(json.dumps({"row": row.number, "id": row.id, "reason": row.problem}, default=str) + "\n" for row in rejects)
+    atomically(directory / rejected, lambda path: path.write_text(lines))
+    return {"file": part, "rows": len(ids), "rejects": rejected, "rejected": len(rejects), "input_rows": list(input_rows)}
 
 
 def atomically(path: Path, write) -> None:

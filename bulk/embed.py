@@ -25,68 +25,46 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import bentoml
-import numpy as np
 from tqdm import tqdm
 
 from api.errors import APIError
 from api.options import check_dimensions, prompt_for
-from models.backends import BACKENDS, load_backend
-from models.inference import Backend, run_batch
-from models.postprocess import truncate_dimensions
+from models.backends import BACKENDS
 from models.spec import ModelSpec
-from models.tokenization import Encoded, TextTokenizer
+from models.tokenization import Encoded
 from serving.settings import settings
 
-from .corpus import Output, Row, count_rows, input_format, rows
+from .corpus import Output, Row, count_rows, input_format, rows, summary
+from .embedder import Embedder
 
 logger = logging.getLogger("textbento.bulk")
 DRY_RUN_TEXTS = 256  # timed to estimate the whole job
 
 
-class Job:
-    """The stored embedder, ready: its tokenizer, prompt and backend."""
+def checked_prompt(tag: object, spec: ModelSpec, prompt_name: str | None, dimensions: int | None) -> str:
+    """The prompt put before every text, once the model and the options are known good; else SystemExit naming why."""
+    if spec.task != "embed":
+        raise SystemExit(f"{tag} is not a dense embedder (task {spec.task!r}); bulk jobs write dense vectors")
+    try:
+        prompt = prompt_for(spec, prompt_name, None)
+        check_dimensions(spec, dimensions)
+    except APIError as error:
+        raise SystemExit(error.message) from None
+    return prompt
+
+
+class Job(Embedder):
+    """The stored embedder named by its store tag, its options checked, ready on this machine's cores."""
 
     def __init__(self, tag: str, backend: str, prompt_name: str | None, dimensions: int | None, truncate: bool) -> None:
         self.model = bentoml.models.get(tag)
-        self.spec = ModelSpec.of(self.model)
-        if self.spec.task != "embed":
-            raise SystemExit(f"{self.model.tag} is not a dense embedder (task {self.spec.task!r}); bulk.embed writes dense vectors")
-        try:
-            self.prompt = prompt_for(self.spec, prompt_name, None)
-            check_dimensions(self.spec, dimensions)
-        except APIError as error:
-            raise SystemExit(error.message) from None
-        self.dimensions, self.truncate = dimensions, truncate
-        self.tokenizer = TextTokenizer(self.model.path, self.spec.max_length)
-        self.backend: Backend = load_backend(backend, self.model.path, self.spec, settings.runner_threads)
-
-    @property
-    def metadata(self) -> dict:
-        return {"model": self.model.tag, "backend": self.backend.name, "precision": self.backend.precision, "prompt": self.prompt}
-
-    def tokenized(self, window: list[Row]) -> tuple[list[Row], list[Encoded], list[Row]]:
-        """(rows to embed, their tokens, rows refused): past the model's limit is refused when truncation is off."""
-        texts = [row for row in window if row.problem is None]
-        encoded = self.tokenizer.encode([self.prompt + row.text for row in texts])
-        refused = [row for row in window if row.problem is not None]
-        if not self.truncate:
-            long = {index for index, e in enumerate(encoded) if e.truncated}
-            limit = f"longer than the model's {self.spec.max_length} tokens (truncation is off)"
-            refused += [Row(texts[index].number, texts[index].id, None, limit) for index in sorted(long)]
-            texts = [row for index, row in enumerate(texts) if index not in long]
-            encoded = [e for index, e in enumerate(encoded) if index not in long]
-        return texts, encoded, sorted(refused, key=lambda row: row.number)
+        prompt = checked_prompt(self.model.tag, ModelSpec.of(self.model), prompt_name, dimensions)
+        super().__init__(self.model.path, backend, prompt, dimensions, truncate, settings.runner_threads, settings.token_budget)
 
     def prepared(self, windows: Iterator[list[Row]]) -> tuple[list[Row], list[Row], list[Encoded], list[Row]] | None:
         """The next window, its rows to embed, their tokens and its refused rows; None at the end of the input."""
         window = next(windows, None)
         return (window, *self.tokenized(window)) if window else None
-
-    def vectors(self, encoded: list[Encoded]) -> np.ndarray:
-        if not encoded:
-            return np.empty((0, self.dimensions or self.spec.dimensions), np.float32)
-        rows = run_batch(self.backend, [e.ids for e in encoded], self.spec.pad_id, settings.token_budget)
-        return np.stack([truncate_dimensions(row, self.dimensions, self.spec.normalize) for row in rows]).astype(np.float32)
 
 
 def windows(stream: Iterator[Row], size: int) -> Iterator[list[Row]]:
@@ -114,17 +92,9 @@ def run(job: Job, output: Output, input_path: Path, text_field: str, id_field: s
             embedded += len(texts)
             progress.update(len(current))
     progress.close()
-    seconds = time.perf_counter() - started
-    summary = {
-        "resumed_after_rows": skip,
-        "embedded": embedded,
-        "rejected": sum(reasons.values()),
-        "rejected_by_reason": dict(reasons),
-        "seconds": round(seconds, 2),
-        "texts_per_s": round(embedded / seconds, 1) if seconds else None,
-    }
-    output.save(done=True, summary=summary)
-    return summary
+    done = summary(skip, embedded, reasons, time.perf_counter() - started)
+    output.save(done=True, summary=done)
+    return done
 
 
 def dry_run(job: Job, input_path: Path, text_field: str, id_field: str | None) -> dict:
@@ -180,9 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
         "window": args.window,
     }
     output = Output.open(args.output, spec)
-    summary = run(job, output, args.input, args.text_field, args.id_field, args.window)
-    print(json.dumps(summary, indent=1), file=sys.stderr)
-    return summary
+    result = run(job, output, args.input, args.text_field, args.id_field, args.window)
+    print(json.dumps(result, indent=1), file=sys.stderr)
+    return result
 
 
 if __name__ == "__main__":

@@ -65,10 +65,10 @@ def pins(path: Path) -> set[str]:
 
 
 def test_requirements_are_our_serving_pins_without_torch(bento, info):
-    """The CPU image serves with ONNX Runtime: no PyTorch (a CUDA build from PyPI), no transformers."""
+    """The CPU image serves with ONNX Runtime: no PyTorch (a CUDA build from PyPI), no transformers, no pyspark (bulk jobs only)."""
     requirements = pins(bento / "env/python/requirements.txt")
     assert pins(ROOT / "requirements/serve-cpu.txt") <= requirements and "onnxruntime==1.31.1" in requirements
-    assert not {line for line in requirements if line.startswith(("torch", "transformers", "onnxruntime-gpu"))}
+    assert not {line for line in requirements if line.startswith(("torch", "transformers", "onnxruntime-gpu", "pyspark", "pandas"))}
     assert info["image"]["python_version"] == "3.11"
 
 
