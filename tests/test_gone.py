@@ -170,8 +170,9 @@ def counters(url: str) -> tuple[float, dict[str, float]]:
     return texts, {reason: float(value) for reason, value in re.findall(r'^textbento_rejected_total\{reason="(\w+)"\} (\S+)$', text, re.M)}
 
 
-async def queued_in_the_coalescer(url: str, within_s: float = 30) -> None:
-    """Until the API worker reports a piece waiting in its coalescer (``textbento_held``, sampled each second)."""
+async def queued_in_the_coalescer(url: str, pieces: int, within_s: float = 30) -> None:
+    """Until the API worker reports ``pieces`` in its coalescer, in calls or waiting for one
+    (``textbento_held``, sampled each second)."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         text = await asyncio.to_thread(lambda: requests.get(f"{url}/metrics", timeout=10).text)
@@ -213,7 +214,9 @@ def test_requests_given_up_in_the_coalescer_are_never_sent_and_live_ones_are_ans
 
     async def action(session):
         long = [asyncio.create_task(post(session, url, {"input": [LONG] * 64})) for _ in range(7)]
-        await queued_in_the_coalescer(url)  # six sent, the seventh waiting (however slow the machine tokenizes)
+        # six in calls and the seventh waiting (however slow the machine tokenizes): fewer, and the hurried
+        # request would find a free call and wait in the Encoder instead, past its deadline
+        await queued_in_the_coalescer(url, pieces=7)
         await asyncio.sleep(0.2)  # longer than the hurried request's patience
         hurried = await post(session, url, {"input": "in a hurry"}, headers={"x-envoy-expected-rq-timeout-ms": "100"})
         impatient = [asyncio.create_task(post(session, url, {"input": f"impatient {i}"}, timeout_s=0.2)) for i in range(20)]
