@@ -95,6 +95,10 @@ def test_wrong_task_gets_400_naming_the_served_task(embed_url, classify_url):
     response = post(classify_url, "/v1/embeddings", {"input": "x"})
     assert response.status_code == 400
     assert "'classify'" in response.json()["error"]["message"]
+    # TEI's route answers in TEI's error shape, which its clients read
+    response = post(embed_url, "/embed_sparse", {"inputs": "sparse please"})
+    assert response.status_code == 400 and response.json()["error_type"] == "Validation", response.text
+    assert "does 'embed'" in response.json()["error"] and "does 'sparse'" in response.json()["error"], response.text
 
 
 def test_concurrent_load_is_batched_without_errors(embed_url):
