@@ -137,26 +137,29 @@ def test_the_trained_classifier_is_stored_with_its_labels_and_run(classifier_tag
     assert (Path(stored.path) / "onnx").is_dir()  # served by the default backend like any import
 
 
-def test_the_trained_classifier_is_served_with_its_new_labels(classifier_tag, logs):
-    with running(classifier_tag, logs, "trained-classifier") as server:
-        answer = requests.post(f"{server.url}/v1/classify", json={"inputs": ["I was charged twice for my order"], "top_k": 5}, timeout=30)
-        card = requests.get(f"{server.url}/v1/models", timeout=30).json()["data"][0]
-    assert answer.status_code == 200, answer.text
-    assert card["labels"] == LABELS and card["task"] == "classify"
-    (row,) = answer.json()["data"]
-    assert {score["label"] for score in row["scores"]} == set(LABELS) and row["label"] in LABELS
-
-
-def test_the_embedder_trains_on_pairs_and_is_served(tmp_path, logs):
+@pytest.fixture(scope="module")
+def embedder_tag(tmp_path_factory):
     import bentoml
 
-    data = slice_of(EXAMPLE / "pairs.csv", 60, tmp_path / "pairs.csv")
+    data = slice_of(EXAMPLE / "pairs.csv", 60, tmp_path_factory.mktemp("pairs") / "pairs.csv")
     result = train("train_embedder", "--data", str(data), "--name", "pairs-test", "--epochs", "1", "--batch-size", "16")
     assert result.returncode == 0, result.stderr[-3000:]
     tag = result.stdout.strip()
     training = bentoml.models.get(tag).info.metadata["training"]
     assert training["kind"] == "embedder" and set(training["before"]) == set(training["scores"]) == {"recall@1", "recall@5"}
     assert json.dumps(training["before"]) in result.stderr.replace("'", '"')
-    with running(tag, logs, "trained-embedder") as server:
-        answer = requests.post(f"{server.url}/v1/embeddings", json={"input": ["my parcel never arrived"]}, timeout=30)
-    assert answer.status_code == 200 and len(answer.json()["data"][0]["embedding"]) == 384
+    return tag
+
+
+def test_the_trained_models_are_served_the_classifier_with_its_new_labels(classifier_tag, embedder_tag, logs):
+    """Both trained models in one server (one start: the suite's time), each answering its own routes."""
+    with running(classifier_tag, logs, "trained", TEXTBENTO_MODELS=f"{classifier_tag},{embedder_tag}") as server:
+        answer = requests.post(f"{server.url}/v1/classify", json={"inputs": ["I was charged twice for my order"], "top_k": 5}, timeout=30)
+        card = requests.get(f"{server.url}/v1/models", timeout=30).json()["data"][0]
+        embedded = requests.post(f"{server.url}/v1/embeddings", json={"input": ["my parcel never arrived"]}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert card["labels"] == LABELS and card["task"] == "classify"
+    (row,) = answer.json()["data"]
+    assert {score["label"] for score in row["scores"]} == set(LABELS) and row["label"] in LABELS
+    assert embedded.status_code == 200 and len(embedded.json()["data"][0]["embedding"]) == 384, embedded.text[:300]
+    assert embedded.json()["model"] == embedder_tag.split(":")[0], embedded.json()["model"]
