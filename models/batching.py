@@ -12,12 +12,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-# The fixed cost of a forward pass in padded tokens. From bench/results/ceiling.json (per-token
-# int8 MiniLM, 2 cores): 1.10 ms for one short text alone, 17.7 ms for 32 length-sorted ones,
-# so ~0.02 ms per token and ~0.5 ms per pass, some 25 tokens; 32 errs towards fewer passes.
-# Cutting runs of 64 short texts this way runs 1.49x one padded pass of the same 64 (served-64
-# vs arrival-64; docs/design.md, 5).
-PASS_COST_TOKENS = 32
+# The fixed cost of a forward pass in padded tokens, as the cut should count it. Fitted on passes of
+# one width (time = a × padded tokens + b), a pass of the int8 graph in streams costs ~32 tokens
+# beyond its padded ones for MiniLM and ~6 for DistilBERT, but cut with 64 the same runs of 64 short
+# texts ran fastest for both: 1.15x the texts/s of 32 for MiniLM, 1.03x for DistilBERT, in process
+# (python -m bench.studies.pass_cost, bench/results/pass-cost.json). Small passes cost more than
+# their tokens' share: their matrix products are too small to run at full speed.
+PASS_COST_TOKENS = 64
 
 
 def plan_sub_batches(lengths: Sequence[int], token_budget: int, pass_cost: int = PASS_COST_TOKENS) -> list[list[int]]:

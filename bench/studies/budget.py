@@ -4,7 +4,7 @@
 
 Padded batches make ONNX Runtime's arena keep intermediates of ``[budget, FFN width]`` floats
 (3,072 wide for DistilBERT), so the budget sets the Encoder's resident memory, while a pass of a
-few thousand tokens already amortises the per-pass cost (~13 tokens, ``models/batching.py``).
+few thousand tokens already amortises the fixed cost of a pass (``bench.studies.pass_cost``).
 Each budget runs in a process of its own (the arena only grows): the long mix of
 ``bench.run`` (20 to ~600 words, a third cut at 512 tokens), in runs of 64 through ``run_batch``.
 """
