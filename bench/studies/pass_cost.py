@@ -24,7 +24,7 @@ import numpy as np
 from bench import write_result
 from harness.texts import short_texts
 from models.backends import load_backend
-from models.batching import PASS_COST_TOKENS, pad, plan_sub_batches
+from models.batching import pad, plan_sub_batches
 from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
 from serving.settings import settings
@@ -78,7 +78,7 @@ def cuts(backend, pad_id: int, ids: list[np.ndarray]) -> dict[str, float]:
 
 
 def main() -> None:
-    report = {"pass_cost_served": PASS_COST_TOKENS, "token_budget": settings.token_budget, "threads": settings.runner_threads, "models": {}}
+    report = {"token_budget": settings.token_budget, "threads": settings.runner_threads, "models": {}}
     for name in MODELS:
         stored = bentoml.models.get(f"{name}:latest")
         spec = ModelSpec.of(stored)
