@@ -3,8 +3,9 @@
 Input: JSON Lines, CSV or Parquet, read a window of rows at a time (memory stays flat whatever the
 corpus size). Output, in one directory:
 
-- ``part-00000.parquet``...: ``id``, ``vector`` (float32, fixed size), ``tokens``; the model tag,
-  backend and precision in the file's metadata;
+- ``part-00000.parquet``...: ``id``, ``vector`` (fixed size: float32, or the compact type asked for,
+  ``bulk.embedder.VECTOR_TYPES``), ``tokens``; the model tag, backend, precision and vector type in
+  the file's metadata;
 - ``rejects-00000.jsonl``...: the rows of the same window that were not embedded, with the reason;
 - ``manifest.json``: the job (input, fields, model) and every finished part with the input rows it
   covers. A part and its rejects are written under temporary names and renamed into place, then the
@@ -173,7 +174,7 @@ def write_part(
     table = pa.table(
         {
             "id": pa.array(ids),
-            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dimensions),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dimensions),  # its type: the vectors'
             "tokens": pa.array(tokens, pa.int32()),
         }
     ).replace_schema_metadata({key: str(value) for key, value in metadata.items()})

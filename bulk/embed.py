@@ -30,12 +30,13 @@ from tqdm import tqdm
 from api.errors import APIError
 from api.options import check_dimensions, prompt_for
 from models.backends import BACKENDS
+from models.calibration import load_ranges
 from models.spec import ModelSpec
 from models.tokenization import Encoded
 from serving.settings import settings
 
 from .corpus import Output, Row, count_rows, input_format, rows, summary
-from .embedder import Embedder
+from .embedder import VECTOR_TYPES, Embedder, vector_type_problem
 
 logger = logging.getLogger("textbento.bulk")
 DRY_RUN_TEXTS = 256  # timed to estimate the whole job
@@ -56,10 +57,15 @@ def checked_prompt(tag: object, spec: ModelSpec, prompt_name: str | None, dimens
 class Job(Embedder):
     """The stored embedder named by its store tag, its options checked, ready on this machine's cores."""
 
-    def __init__(self, tag: str, backend: str, prompt_name: str | None, dimensions: int | None, truncate: bool) -> None:
+    def __init__(
+        self, tag: str, backend: str, prompt_name: str | None, dimensions: int | None, truncate: bool, vector_type: str = "float32"
+    ) -> None:
         self.model = bentoml.models.get(tag)
         prompt = checked_prompt(self.model.tag, ModelSpec.of(self.model), prompt_name, dimensions)
-        super().__init__(self.model.path, backend, prompt, dimensions, truncate, settings.runner_threads, settings.token_budget)
+        if problem := vector_type_problem(vector_type, load_ranges(self.model.path), dimensions):
+            raise SystemExit(problem)
+        threads, budget = settings.runner_threads, settings.token_budget
+        super().__init__(self.model.path, backend, prompt, dimensions, truncate, threads, budget, vector_type)
 
     def prepared(self, windows: Iterator[list[Row]]) -> tuple[list[Row], list[Row], list[Encoded], list[Row]] | None:
         """The next window, its rows to embed, their tokens and its refused rows; None at the end of the input."""
@@ -106,14 +112,14 @@ def dry_run(job: Job, input_path: Path, text_field: str, id_field: str | None) -
     started = time.perf_counter()
     job.vectors(encoded)
     rate = len(encoded) / (time.perf_counter() - started) if encoded else None
-    dimensions = job.dimensions or job.spec.dimensions
     return {
         "rows": total if total is not None else "unknown (CSV: not counted ahead)",
         "model": str(job.model.tag),
         "backend": f"{job.backend.name} {job.backend.precision}",
         "texts_per_s": round(rate, 1) if rate else None,
         "estimated_s": round(total / rate) if rate and total else None,
-        "vector_bytes": total * dimensions * 4 if total else None,
+        "vector_type": job.vector_type,
+        "vector_bytes": total * job.vector_bytes if total else None,
     }
 
 
@@ -127,6 +133,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--backend", default=settings.backend, choices=BACKENDS)
     parser.add_argument("--prompt-name", help="one of the model's prompts; default: its default prompt, if any")
     parser.add_argument("--dimensions", type=int, help="Matryoshka: the first N dimensions, renormalized")
+    parser.add_argument(
+        "--vector-type", default="float32", choices=VECTOR_TYPES, help="the vector column's type, as the server's encoding_format"
+    )
     parser.add_argument("--no-truncate", action="store_true", help="reject texts past the model's limit instead of cutting them")
     parser.add_argument("--window", type=int, default=8192, help="rows read, tokenized and written (one part) at a time")
     parser.add_argument("--dry-run", action="store_true", help="show the plan and a measured estimate; write nothing")
@@ -134,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file")
     input_format(args.input)  # an unknown one is refused before the model loads
-    job = Job(args.model, args.backend, args.prompt_name, args.dimensions, not args.no_truncate)
+    job = Job(args.model, args.backend, args.prompt_name, args.dimensions, not args.no_truncate, args.vector_type)
     if args.dry_run:
         plan = dry_run(job, args.input, args.text_field, args.id_field)
         print(json.dumps(plan, indent=1))
@@ -146,6 +155,8 @@ def main(argv: list[str] | None = None) -> dict:
         "model": str(job.model.tag),
         "prompt": job.prompt,
         "dimensions": args.dimensions,
+        # named only when compact, so that outputs begun without the option still resume
+        **({"vector_type": args.vector_type} if args.vector_type != "float32" else {}),
         "truncate": not args.no_truncate,
         "window": args.window,
     }

@@ -14,12 +14,17 @@ import numpy as np
 import yaml
 
 from models.backends import load_backend
+from models.calibration import SCALES, load_ranges, quantized
 from models.inference import Backend, run_batch
-from models.postprocess import truncate_dimensions
+from models.postprocess import packed_bits, truncate_dimensions
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextTokenizer
 
 from .corpus import Row
+
+# The vector column's types: float32, or a compact type the server also answers (``encoding_format``):
+# int8/uint8 on the ranges stored with the model at import, or the signs as packed bits.
+VECTOR_TYPES = ("float32", *SCALES, "binary", "ubinary")
 
 
 def stored_model(directory: str | Path) -> tuple[str, ModelSpec]:
@@ -28,16 +33,37 @@ def stored_model(directory: str | Path) -> tuple[str, ModelSpec]:
     return f"{record['name']}:{record['version']}", ModelSpec.from_metadata(record["metadata"])
 
 
+def vector_type_problem(vector_type: str, ranges: np.ndarray | None, dimensions: int | None) -> str | None:
+    """Why ``vector_type`` cannot be written for this model and these options; None when it can."""
+    if vector_type not in VECTOR_TYPES:
+        return f"--vector-type {vector_type!r}: one of {', '.join(VECTOR_TYPES)}"
+    if vector_type in SCALES and ranges is None:
+        return f"--vector-type {vector_type}: the model was imported without calibration ranges; import it again to get them"
+    if vector_type in SCALES and dimensions is not None:
+        return f"--vector-type {vector_type} with --dimensions: the ranges are those of the whole vector"
+    return None
+
+
 class Embedder:
     """The model in ``directory`` loaded once: rows in, the server's vectors out. ``prompt`` and
     ``dimensions`` come checked (``bulk.embed.checked_prompt``); ``threads``: the backend's CPU threads;
-    ``token_budget``: the most padded tokens in one forward pass (``TEXTBENTO_TOKEN_BUDGET`` where the job starts)."""
+    ``token_budget``: the most padded tokens in one forward pass (``TEXTBENTO_TOKEN_BUDGET`` where the job starts);
+    ``vector_type``: one of ``VECTOR_TYPES``, checked (``vector_type_problem``)."""
 
     def __init__(
-        self, directory: str | Path, backend: str, prompt: str, dimensions: int | None, truncate: bool, threads: int, token_budget: int
+        self,
+        directory: str | Path,
+        backend: str,
+        prompt: str,
+        dimensions: int | None,
+        truncate: bool,
+        threads: int,
+        token_budget: int,
+        vector_type: str = "float32",
     ) -> None:
         self.tag, self.spec = stored_model(directory)
         self.prompt, self.dimensions, self.truncate, self.token_budget = prompt, dimensions, truncate, token_budget
+        self.vector_type, self.ranges = vector_type, load_ranges(directory)
         self.tokenizer = TextTokenizer(directory, self.spec.max_length)
         self.backend: Backend = load_backend(backend, directory, self.spec, threads)
 
@@ -50,7 +76,19 @@ class Embedder:
     @property
     def metadata(self) -> dict:
         """What each part's Parquet metadata records."""
-        return {"model": self.tag, "backend": self.backend.name, "precision": self.backend.precision, "prompt": self.prompt}
+        return {
+            "model": self.tag,
+            "backend": self.backend.name,
+            "precision": self.backend.precision,
+            "prompt": self.prompt,
+            "vector_type": self.vector_type,
+        }
+
+    @property
+    def vector_bytes(self) -> int:
+        """Bytes of one vector as written."""
+        dimensions = self.dimensions or self.spec.dimensions
+        return {"float32": 4 * dimensions, "binary": -(-dimensions // 8), "ubinary": -(-dimensions // 8)}.get(self.vector_type, dimensions)
 
     def tokenized(self, window: list[Row]) -> tuple[list[Row], list[Encoded], list[Row]]:
         """(rows to embed, their tokens, rows refused): past the model's limit is refused when truncation is off."""
@@ -66,8 +104,16 @@ class Embedder:
         return texts, encoded, sorted(refused, key=lambda row: row.number)
 
     def vectors(self, encoded: list[Encoded]) -> np.ndarray:
-        """One float32 row per text: the length-sorted passes under the token budget, the Matryoshka cut."""
+        """One row per text: the length-sorted passes under the token budget, the Matryoshka cut, as ``vector_type``."""
         if not encoded:
-            return np.empty((0, self.dimensions or self.spec.dimensions), np.float32)
+            return self.typed(np.empty((0, self.dimensions or self.spec.dimensions), np.float32))
         rows = run_batch(self.backend, [e.ids for e in encoded], self.spec.pad_id, self.token_budget)
-        return np.stack([truncate_dimensions(row, self.dimensions, self.spec.normalize) for row in rows]).astype(np.float32)
+        return self.typed(np.stack([truncate_dimensions(row, self.dimensions, self.spec.normalize) for row in rows]).astype(np.float32))
+
+    def typed(self, vectors: np.ndarray) -> np.ndarray:
+        """float32 ``vectors`` as ``vector_type``, as the server answers that ``encoding_format`` (``api/compact.py``)."""
+        if self.vector_type in SCALES:
+            return quantized(vectors, self.vector_type, self.ranges)
+        if self.vector_type in ("binary", "ubinary"):
+            return packed_bits(vectors, signed=self.vector_type == "binary")
+        return vectors

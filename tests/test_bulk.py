@@ -56,6 +56,36 @@ def test_a_corpus_gets_the_servers_vectors_and_its_bad_rows_a_reason(embed_tag, 
     assert metadata[b"model"].decode() == embed_tag and metadata[b"backend"].decode() == card["backend"]
 
 
+@pytest.mark.parametrize("vector_type, arrow_type", [("int8", pa.int8()), ("ubinary", pa.uint8())])
+def test_compact_vectors_are_the_servers_encoding_format(embed_tag, embed_url, tmp_path, vector_type, arrow_type):
+    texts = [f"{TEXTS[i % 5][:200]} ({i})" for i in range(24)]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    card = requests.get(f"{embed_url}/v1/models", timeout=30).json()["data"][0]
+    output = tmp_path / vector_type
+    options = ["--backend", card["backend"], "--vector-type", vector_type]
+    embed.main(["--model", embed_tag, "--input", str(corpus), *options, "--output", str(output)])
+    _, written = vectors_of(output)
+    body = {"input": texts, "encoding_format": vector_type}
+    served = np.array([item["embedding"] for item in requests.post(f"{embed_url}/v1/embeddings", json=body, timeout=60).json()["data"]])
+    schema = pq.read_schema(output / "part-00000.parquet")
+    assert schema.field("vector").type == pa.list_(arrow_type, served.shape[1]) and schema.metadata[b"vector_type"] == vector_type.encode()
+    if vector_type == "int8":  # the same float vectors to 1e-5 (cosine), so a value may sit one step apart at most
+        assert np.abs(written.astype(int) - served).max() <= 1 and np.mean(written == served) > 0.99
+    else:  # signs packed in bytes: a sign flips only for a value within float noise of 0
+        flipped = np.unpackbits(written.astype(np.uint8), axis=1) != np.unpackbits(served.astype(np.uint8), axis=1)
+        assert flipped.sum() <= 2, flipped.sum()
+
+
+def test_a_compact_type_the_model_cannot_give_is_refused_before_anything_runs(embed_tag, tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"text": "x"}) + "\n")
+    with pytest.raises(SystemExit, match="int8 with --dimensions: the ranges are those of the whole vector"):
+        options = ["--vector-type", "int8", "--dimensions", "128"]
+        embed.main(["--model", embed_tag, "--input", str(corpus), *options, "--output", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_stopped_run_resumes_after_its_last_whole_part(embed_tag, tmp_path, monkeypatch):
     corpus = tmp_path / "corpus.parquet"
     pq.write_table(pa.table({"text": [f"{TEXTS[i % 3]} number {i}" for i in range(50)]}), corpus)

@@ -49,7 +49,11 @@ def fit(backend, pad_id: int) -> dict[str, float]:
         tokens.append(rows * width)
         seconds.append(statistics.median(times))
     (per_token, per_pass), *_ = np.linalg.lstsq(np.array([[t, 1.0] for t in tokens]), np.array(seconds), rcond=None)
-    return {"ms_per_token": round(per_token * 1000, 5), "ms_per_pass": round(per_pass * 1000, 3), "pass_cost_tokens": round(per_pass / per_token, 1)}
+    return {
+        "ms_per_token": round(per_token * 1000, 5),
+        "ms_per_pass": round(per_pass * 1000, 3),
+        "pass_cost_tokens": round(per_pass / per_token, 1),
+    }
 
 
 def cuts(backend, pad_id: int, ids: list[np.ndarray]) -> dict[str, float]:
@@ -84,7 +88,11 @@ def main() -> None:
         spec = ModelSpec.of(stored)
         ids = [e.ids for e in TextTokenizer(stored.path, spec.max_length).encode(short_texts(2048 if name == "bench-minilm" else 768))]
         backend = load_backend("onnx-int8", stored.path, spec, settings.runner_threads)
-        report["models"][str(stored.tag)] = {"backend": f"{backend.name} {backend.precision}", "fit": fit(backend, spec.pad_id), "texts_per_s": cuts(backend, spec.pad_id, ids)}
+        report["models"][str(stored.tag)] = {
+            "backend": f"{backend.name} {backend.precision}",
+            "fit": fit(backend, spec.pad_id),
+            "texts_per_s": cuts(backend, spec.pad_id, ids),
+        }
         print(name, report["models"][str(stored.tag)], flush=True)
     print(write_result("pass-cost.json", report))
 
