@@ -98,12 +98,14 @@ def whole_run(tag: str, source: Path, count: int) -> dict:
         time.sleep(0.2)
     summary = finished(output, process)
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child so far: this one
-    rss = list(by_tenth.values())
+    rss = [mib for _, mib in sorted(by_tenth.items())]
     return {
         **summary,
         "peak_rss_mib": round(peak_mib),
         "rss_mib_by_tenth_done": {f"{tenth * 10}%": mib for tenth, mib in sorted(by_tenth.items())},
         "rss_spread_after_10_percent": round(max(rss) / min(rss) - 1, 3) if rss else None,
+        # what flat means: no growth past the first tenth (the last sample can fall, as the job ends and frees)
+        "rss_growth_after_10_percent": round(max(rss) / rss[0] - 1, 3) if rss else None,
     }
 
 
