@@ -107,11 +107,8 @@ def dry_run(job: Job, input_path: Path, text_field: str, id_field: str | None) -
     """The plan: rows, an estimate of the time from the first texts embedded here, and the output's size."""
     total = count_rows(input_path)
     sample = list(itertools.islice(rows(input_path, text_field, id_field), DRY_RUN_TEXTS))
-    texts, encoded, _ = job.tokenized(sample)
-    job.vectors(encoded[:8])  # warm-up: the first pass is the slowest
-    started = time.perf_counter()
-    job.vectors(encoded)
-    rate = len(encoded) / (time.perf_counter() - started) if encoded else None
+    _, encoded, _ = job.tokenized(sample)
+    rate = job.rate(encoded)
     return {
         "rows": total if total is not None else "unknown (CSV: not counted ahead)",
         "model": str(job.model.tag),

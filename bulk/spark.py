@@ -217,9 +217,14 @@ def numbered(spark, source: str, text_field: str, id_field: str | None):
     return records.mapPartitionsWithIndex(rows), sum(counts)
 
 
+def as_rows(keyed: Iterable[tuple[int, tuple]]) -> list[Row]:
+    """``numbered``'s pairs as ``bulk.corpus`` rows."""
+    return [Row(number, json.loads(row_id), text, reason) for _, (number, row_id, text, reason) in keyed]
+
+
 def written(window_rows: Iterable[tuple[int, tuple]], model: Model, directory: str, window: int) -> Iterator[dict]:
     """One window (a partition) embedded and written as its part and rejects: the manifest's entry for them."""
-    window_rows = [Row(number, json.loads(row_id), text, reason) for _, (number, row_id, text, reason) in window_rows]
+    window_rows = as_rows(window_rows)
     if not window_rows:
         return
     job = model.embedder()
@@ -239,6 +244,36 @@ def written(window_rows: Iterable[tuple[int, tuple]], model: Model, directory: s
     reasons = Counter(row.problem.split(":")[0] for row in refused)
     pid, rss = os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     yield {"entry": entry, "reasons": dict(reasons), "pid": pid, "loads": LOADS[pid], "backend": job.metadata, "rss": rss}
+
+
+def dry_run(spark, model: Model, source: str, text_field: str, id_field: str | None) -> dict:
+    """The plan, nothing written: the rows, the texts/s of one task on the first ``DRY_RUN_TEXTS`` (on an
+    executor, with its threads), the time with every task slot of the cluster busy, and the vectors' size."""
+    from .embed import DRY_RUN_TEXTS
+
+    keyed, total = numbered(spark, source, text_field, id_field)
+    sample = keyed.filter(lambda pair: pair[0] < DRY_RUN_TEXTS).coalesce(1)
+    (measured,) = sample.mapPartitions(lambda rows: [timed(as_rows(rows), model)]).collect()
+    slots = max(1, spark.sparkContext.defaultParallelism // int(spark.conf.get("spark.task.cpus", "1")))
+    rate = measured["texts_per_s"]
+    return {
+        "rows": total,
+        "model": measured["model"],
+        "backend": measured["backend"],
+        "texts_per_s_per_task": round(rate, 1) if rate else None,
+        "task_slots": slots,
+        "estimated_s": round(total / (rate * slots)) if rate and total else None,
+        "vector_bytes": total * measured["vector_bytes"],
+    }
+
+
+def timed(rows: list[Row], model: Model) -> dict:
+    """One task's texts/s on ``rows`` (``Embedder.rate``), with what ran them."""
+    job = model.embedder()
+    _, encoded, _ = job.tokenized(rows)
+    ran = job.metadata
+    backend = f"{ran['backend']} {ran['precision']}"
+    return {"texts_per_s": job.rate(encoded), "model": ran["model"], "backend": backend, "vector_bytes": job.vector_bytes}
 
 
 def run(spark, model: Model, output: Output, source: str, text_field: str, id_field: str | None, window: int, **noted: float) -> dict:
@@ -311,6 +346,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dimensions", type=int, help="Matryoshka: the first N dimensions, renormalized")
     parser.add_argument("--no-truncate", action="store_true", help="reject texts past the model's limit instead of cutting them")
     parser.add_argument("--window", type=int, default=8192, help="rows per Spark partition and per part")
+    parser.add_argument("--dry-run", action="store_true", help="show the plan and a measured estimate; write nothing")
     args = parser.parse_args(argv)
     input_format(Path(args.input))  # an unknown format is refused before Spark starts
     source = args.input if "://" in args.input else str(Path(args.input).resolve())
@@ -324,6 +360,10 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         ship = {"auto": None, "yes": True, "no": False}[args.ship]
         model = prepared(spark, args.model, args.backend, args.prompt_name, args.dimensions, not args.no_truncate, args.threads, ship)
+        if args.dry_run:
+            plan = dry_run(spark, model, source, args.text_field, args.id_field)
+            print(json.dumps(plan, indent=1))
+            return plan
         tag, _ = stored_model(model_directory(args.model))
         job = {
             "input": source,

@@ -123,3 +123,16 @@ def test_embed_texts_adds_vectors_to_a_dataframe(spark, embed_tag):
         "null": (None, None, "no 'text' field"),
         "blank": (None, None, "'text' is empty"),
     }
+
+
+def test_a_dry_run_counts_measures_one_task_and_writes_nothing(spark, embed_tag, tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"{TEXTS[i % 3]} number {i}"}) + "\n" for i in range(300)))
+    common = ["--master", "local[2]", "--model", embed_tag, "--input", str(corpus), "--backend", "onnx-int8"]
+
+    plan = spark_job.main([*common, "--output", str(tmp_path / "out"), "--dry-run"])
+
+    assert plan["rows"] == 300 and plan["task_slots"] == 2 and plan["texts_per_s_per_task"] > 0, plan
+    assert abs(plan["estimated_s"] - 300 / (plan["texts_per_s_per_task"] * 2)) <= 1
+    assert plan["vector_bytes"] == 300 * 384 * 4 and plan["backend"].startswith("onnx-int8")
+    assert not (tmp_path / "out").exists()
