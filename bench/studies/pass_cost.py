@@ -1,4 +1,5 @@
-"""What a forward pass costs beyond its padded tokens, and the cut of a batch into passes it asks for.
+"""What a forward pass costs beyond its padded tokens, and the cut of a batch into passes it asks for:
+the fixed cost per pass the cut counts, and the token budget (the largest pass).
 
     python -m bench.studies.pass_cost    # all-MiniLM-L6-v2 and DistilBERT-66M → bench/results/pass-cost.json
 
@@ -10,7 +11,9 @@ it (the int8 graph in streams, ``models/backends/onnx_backend.Streams``):
   tokens + b`` fitted by least squares: ``b / a`` is the fixed cost in tokens;
 - ``cut``: the same stream of short texts (5-30 words) in runs of 64 as they come, cut with each
   pass cost (the token budget the served one), against the whole stream sorted by length and cut
-  into passes of 64 (the least padding any batcher could reach). Best of 5 rounds taken in turns.
+  into passes of 64 (the least padding any batcher could reach). Best of 5 rounds taken in turns;
+- ``budget``: the same stream through ``run_batch`` at each token budget (``BUDGETS``), in runs of 64
+  as the Encoder cuts a batch, and sorted as a whole as ``bulk.embed`` cuts a window. Best of 5 rounds.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from bench import write_result
 from harness.texts import short_texts
 from models.backends import load_backend
 from models.batching import pad, plan_sub_batches
+from models.inference import run_batch
 from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
 from serving.settings import settings
 
 MODELS = ("bench-minilm", "bench-distilbert")  # imported by `make bench` (bench.run)
 PASS_COSTS = (16, 32, 48, 64, 96, 128)
+BUDGETS = (512, 768, 1024, 1536, 2048, 4096)
 ROUNDS = 5
 
 
@@ -81,6 +86,24 @@ def cuts(backend, pad_id: int, ids: list[np.ndarray]) -> dict[str, float]:
     return best
 
 
+def budgets(backend, pad_id: int, ids: list[np.ndarray]) -> dict[str, dict[int, float]]:
+    """Texts/s of the stream through ``run_batch`` at each budget: in runs of 64, and sorted as a whole (best of ``ROUNDS``)."""
+
+    def runs_of_64(budget: int) -> None:
+        for start in range(0, len(ids), 64):
+            run_batch(backend, ids[start : start + 64], pad_id, budget)
+
+    ways = {"runs of 64": runs_of_64, "whole stream": lambda budget: run_batch(backend, ids, pad_id, budget)}
+    best: dict[str, dict[int, float]] = {name: dict.fromkeys(BUDGETS, 0.0) for name in ways}
+    for _ in range(ROUNDS):
+        for name, run in ways.items():
+            for budget in BUDGETS:
+                started = time.perf_counter()
+                run(budget)
+                best[name][budget] = max(best[name][budget], round(len(ids) / (time.perf_counter() - started), 1))
+    return best
+
+
 def main() -> None:
     report = {"token_budget": settings.token_budget, "threads": settings.runner_threads, "models": {}}
     for name in MODELS:
@@ -92,6 +115,7 @@ def main() -> None:
             "backend": f"{backend.name} {backend.precision}",
             "fit": fit(backend, spec.pad_id),
             "texts_per_s": cuts(backend, spec.pad_id, ids),
+            "texts_per_s_by_token_budget": budgets(backend, spec.pad_id, ids),
         }
         print(name, report["models"][str(stored.tag)], flush=True)
     print(write_result("pass-cost.json", report))
