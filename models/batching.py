@@ -14,10 +14,10 @@ import numpy as np
 
 # The fixed cost of a forward pass in padded tokens, as the cut should count it. Fitted on passes of
 # one width (time = a × padded tokens + b), a pass of the int8 graph in streams costs ~32 tokens
-# beyond its padded ones for MiniLM and ~6 for DistilBERT, but cut with 64 the same runs of 64 short
-# texts ran fastest for both: 1.15x the texts/s of 32 for MiniLM, 1.03x for DistilBERT, in process
-# (python -m bench.studies.pass_cost, bench/results/pass-cost.json). Small passes cost more than
-# their tokens' share: their matrix products are too small to run at full speed.
+# beyond its padded ones for MiniLM and ~6 for DistilBERT, but the same runs of 64 short texts ran
+# faster cut with 64 than with 32 in both runs of the study, for both models (1.15x and 1.04x for
+# MiniLM, 1.03x and 1.02x for DistilBERT; python -m bench.studies.pass_cost, bench/results/pass-cost.json
+# and pass-cost-budgets.json): small passes cost more than their tokens predict.
 PASS_COST_TOKENS = 64
 
 
