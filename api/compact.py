@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.calibration import SCALES, quantized
-from models.postprocess import packed_bits
+from models.calibration import SCALES, compact
 
 from .catalog import ServedModel
 from .errors import APIError
@@ -33,6 +32,4 @@ def by_type(rows: np.ndarray, kind: str, ranges: np.ndarray | None) -> list:
         return rows.tolist()
     if kind == "base64":
         return [base64_floats(row) for row in rows]
-    if kind in SCALES:
-        return quantized(rows, kind, ranges).tolist()
-    return packed_bits(rows, signed=kind == "binary").tolist()
+    return compact(rows, kind, ranges).tolist()

@@ -15,9 +15,9 @@ import numpy as np
 import yaml
 
 from models.backends import load_backend
-from models.calibration import SCALES, load_ranges, quantized
+from models.calibration import SCALES, compact, load_ranges
 from models.inference import Backend, run_batch
-from models.postprocess import packed_bits, truncate_dimensions
+from models.postprocess import truncate_dimensions
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextTokenizer
 
@@ -35,9 +35,7 @@ def stored_model(directory: str | Path) -> tuple[str, ModelSpec]:
 
 
 def vector_type_problem(vector_type: str, ranges: np.ndarray | None, dimensions: int | None) -> str | None:
-    """Why ``vector_type`` cannot be written for this model and these options; None when it can."""
-    if vector_type not in VECTOR_TYPES:
-        return f"--vector-type {vector_type!r}: one of {', '.join(VECTOR_TYPES)}"
+    """Why ``vector_type`` (one of ``VECTOR_TYPES``) cannot be written for this model and these options; None when it can."""
     if vector_type in SCALES and ranges is None:
         return f"--vector-type {vector_type}: the model was imported without calibration ranges; import it again to get them"
     if vector_type in SCALES and dimensions is not None:
@@ -89,7 +87,9 @@ class Embedder:
     def vector_bytes(self) -> int:
         """Bytes of one vector as written."""
         dimensions = self.dimensions or self.spec.dimensions
-        return {"float32": 4 * dimensions, "binary": -(-dimensions // 8), "ubinary": -(-dimensions // 8)}.get(self.vector_type, dimensions)
+        if self.vector_type == "float32":
+            return 4 * dimensions
+        return dimensions if self.vector_type in SCALES else -(-dimensions // 8)  # packed bits: 8 to a byte
 
     def tokenized(self, window: list[Row]) -> tuple[list[Row], list[Encoded], list[Row]]:
         """(rows to embed, their tokens, rows refused): past the model's limit is refused when truncation is off."""
@@ -121,9 +121,5 @@ class Embedder:
         return len(encoded) / (time.perf_counter() - started)
 
     def typed(self, vectors: np.ndarray) -> np.ndarray:
-        """float32 ``vectors`` as ``vector_type``, as the server answers that ``encoding_format`` (``api/compact.py``)."""
-        if self.vector_type in SCALES:
-            return quantized(vectors, self.vector_type, self.ranges)
-        if self.vector_type in ("binary", "ubinary"):
-            return packed_bits(vectors, signed=self.vector_type == "binary")
-        return vectors
+        """float32 ``vectors`` as ``vector_type``, as the server answers that ``encoding_format``."""
+        return vectors if self.vector_type == "float32" else compact(vectors, self.vector_type, self.ranges)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from .postprocess import packed_bits
 from .selfcheck import PROBE_TEXTS
 
 RANGES_FILE = "calibration-ranges.npy"  # [2, dimensions]: each dimension's least and greatest value
@@ -58,3 +59,11 @@ def quantized(vectors: np.ndarray, kind: str, ranges: np.ndarray) -> np.ndarray:
     starts, steps = ranges[0], (ranges[1] - ranges[0]) / 255
     levels = np.floor(np.clip((vectors - starts) / np.where(steps > 0, steps, 1), 0, 255))
     return (levels + offset).astype(dtype)
+
+
+def compact(vectors: np.ndarray, kind: str, ranges: np.ndarray | None) -> np.ndarray:
+    """Float vectors as a compact ``kind``: int8/uint8 on ``ranges`` (``quantized``), or ``binary``/``ubinary``,
+    the signs packed 8 dimensions to a byte (``packed_bits``); what the API answers and ``bulk.embed`` writes."""
+    if kind in SCALES:
+        return quantized(vectors, kind, ranges)
+    return packed_bits(vectors, signed=kind == "binary")
