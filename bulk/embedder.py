@@ -16,7 +16,7 @@ import yaml
 
 from models.backends import load_backend
 from models.calibration import SCALES, compact, load_ranges
-from models.inference import Backend, run_batch
+from models.inference import Backend, run_window
 from models.postprocess import truncate_dimensions
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextTokenizer
@@ -105,10 +105,10 @@ class Embedder:
         return texts, encoded, sorted(refused, key=lambda row: row.number)
 
     def vectors(self, encoded: list[Encoded]) -> np.ndarray:
-        """One row per text: the length-sorted passes under the token budget, the Matryoshka cut, as ``vector_type``."""
+        """One row per text: the length-sorted passes under the token budget (``run_window``), the Matryoshka cut, as ``vector_type``."""
         if not encoded:
             return self.typed(np.empty((0, self.dimensions or self.spec.dimensions), np.float32))
-        rows = run_batch(self.backend, [e.ids for e in encoded], self.spec.pad_id, self.token_budget)
+        rows = run_window(self.backend, [e.ids for e in encoded], self.spec.pad_id, self.token_budget)
         return self.typed(np.stack([truncate_dimensions(row, self.dimensions, self.spec.normalize) for row in rows]).astype(np.float32))
 
     def rate(self, encoded: list[Encoded]) -> float | None:

@@ -21,7 +21,7 @@ import torch
 from bench.ceiling import quantize_int8_per_tensor
 from models.backends import load_backend
 from models.batching import pad
-from models.inference import run_batch
+from models.inference import run_batch, run_window
 from models.onnx_layout import FP16, FP32, INT8, onnx_dir
 from models.postprocess import sentence_embeddings
 from models.spec import ModelSpec
@@ -326,6 +326,15 @@ def test_openvino_meets_the_gates_and_batch_invariance(embed_tag: str):
     model, spec, ids = load(embed_tag, "openvino")
     alone = np.stack([run_batch(model, [one], spec.pad_id, 8192)[0] for one in ids[::40]])
     assert cosines(alone, served[::40]).min() >= 0.99999
+
+
+def test_a_window_in_whole_passes_per_stream_equals_the_encoders_passes(embed_tag: str):
+    """``run_window`` (bulk jobs: whole passes, one per stream at once) answers what ``run_batch`` does
+    (every pass cut across the streams), row for row, in the input's order, with many passes in flight."""
+    model, spec, ids = load(embed_tag, "onnx-int8")
+    assert model.passes_at_once == 2
+    window, batch = np.stack(run_window(model, ids, spec.pad_id, 256)), np.stack(run_batch(model, ids, spec.pad_id, 256))
+    assert cosines(window, batch).min() >= 0.99999
 
 
 @pytest.mark.slow  # its models come through getfixturevalue, which the slow-fixture marking cannot see

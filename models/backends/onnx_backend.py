@@ -7,9 +7,11 @@ given a graph's path, finds the side file of one too large for a single protobuf
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import onnxruntime as ort
@@ -23,6 +25,7 @@ from ..spec import ModelSpec
 SIGNED, UNSIGNED = "int8 (u8×s8)", "int8 (u8×u8)"  # the int8 graph's precision, by the kernels it runs on
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
+T = TypeVar("T")
 
 
 def session_options(threads: int) -> ort.SessionOptions:
@@ -121,17 +124,29 @@ class OnnxBackend:
                 load = unsigned_int8_sessions if unsigned else cpu_sessions
             self.streams = Streams(*load(graph, [1, threads] if threads > 1 else [1]))
 
+    @property
+    def passes_at_once(self) -> int:
+        """How many whole passes ``forward_each`` runs at once."""
+        return self.streams.count
+
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Logits, pooled sentence embeddings, SPLADE weights or token vectors of one padded batch."""
         lengths = np.count_nonzero(attention_mask, axis=1)
+        return self.streams.run(partial(self.answer, input_ids, attention_mask, lengths), lengths)
 
-        def answer(session: ort.InferenceSession, rows: slice) -> np.ndarray:
-            width = int(lengths[rows].max())  # right padding: the slice's longest row
-            ids, mask = input_ids[rows, :width], attention_mask[rows, :width]
-            output = session.run(None, graph_inputs(self.spec, ids, mask))[0]
-            return graph_answer(self.spec, output, mask, self.dense, input_ids.shape[1])
+    def forward_each(self, batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> Iterator[np.ndarray]:
+        """``forward`` of each padded batch, ``passes_at_once`` of them at once, each whole on one stream."""
+        jobs = (partial(self.answer, ids, mask, np.count_nonzero(mask, axis=1), rows=slice(None)) for ids, mask in batches)
+        return self.streams.each(jobs)
 
-        return self.streams.run(answer, lengths)
+    def answer(
+        self, input_ids: np.ndarray, attention_mask: np.ndarray, lengths: np.ndarray, session: ort.InferenceSession, rows: slice
+    ) -> np.ndarray:
+        """The answers of a padded batch's ``rows`` by ``session``, cut to the rows' longest (right padding)."""
+        width = int(lengths[rows].max())
+        ids, mask = input_ids[rows, :width], attention_mask[rows, :width]
+        output = session.run(None, graph_inputs(self.spec, ids, mask))[0]
+        return graph_answer(self.spec, output, mask, self.dense, input_ids.shape[1])
 
 
 class Streams:
@@ -144,6 +159,9 @@ class Streams:
     22-30% less CPU (docs/design.md 9). Results do not change: every graph computes each row on
     its own, whatever its batch mates and padding (``models.quantize``), so each slice is also cut
     to its own longest row. A lone text cannot be cut; it gets a session with every core (``wide``).
+
+    A job that waits for many passes (a bulk window) runs them whole instead, one per stream as each
+    stream comes free (``each``): no stream waits for the other's slice at the end of every pass.
     """
 
     def __init__(self, narrow: ort.InferenceSession, wide: ort.InferenceSession | None = None) -> None:
@@ -151,7 +169,7 @@ class Streams:
         stream, whose count it gives (none: ``narrow`` alone, as on a GPU or a single core)."""
         self.narrow, self.wide = narrow, wide
         self.count = wide.get_session_options().intra_op_num_threads if wide else 1
-        self.pool = ThreadPoolExecutor(self.count - 1, thread_name_prefix="stream") if self.count > 1 else None
+        self.pool = ThreadPoolExecutor(self.count, thread_name_prefix="stream") if self.count > 1 else None
 
     def run(self, compute: Callable[[ort.InferenceSession, slice], np.ndarray], lengths: np.ndarray) -> np.ndarray:
         """``compute``'s answers for the rows of a batch (their token ``lengths``), a slice of rows per
@@ -161,6 +179,12 @@ class Streams:
         slices = balanced_slices(lengths.tolist(), self.count)
         later = [self.pool.submit(compute, self.narrow, part) for part in slices[1:]]
         return np.concatenate([compute(self.narrow, slices[0]), *(future.result() for future in later)])
+
+    def each(self, jobs: Iterable[Callable[[ort.InferenceSession], T]]) -> Iterator[T]:
+        """Each job's answer, in order, the jobs run on single-threaded sessions, one per stream at once."""
+        if self.pool is None:
+            return (job(self.wide or self.narrow) for job in jobs)
+        return self.pool.map(lambda job: job(self.narrow), jobs)
 
 
 def graph_inputs(spec: ModelSpec, input_ids: np.ndarray, attention_mask: np.ndarray) -> dict[str, np.ndarray]:
