@@ -60,7 +60,8 @@ def wait_ready(base_url: str, process: subprocess.Popen, timeout_s: float = 180)
         if process.poll() is not None:
             raise ServerExited(f"bentoml serve exited with status {process.returncode}")
         try:
-            with urllib.request.urlopen(f"{base_url}/readyz", timeout=2) as response:
+            # A probe given up stays "in progress" in BentoML's gauge for as long as the server takes it: wait it out.
+            with urllib.request.urlopen(f"{base_url}/readyz", timeout=30) as response:
                 if response.status == 200:
                     return
         except OSError:

@@ -136,7 +136,8 @@ def test_a_submit_the_queue_could_not_answer_in_time_is_refused_at_once():
         patient = asyncio.create_task(coalescer.submit([3], within_s=30))
         waiting.cancel()
         await settle()
-        fresh = asyncio.create_task(coalescer.submit([4], within_s=0.01))  # behind 3, which has stood ~0 s
+        # behind 3, which has stood ~0 s (the cancelled piece had stood 0.05 s: counted, it would refuse this one)
+        fresh = asyncio.create_task(coalescer.submit([4], within_s=0.04))
         call.release.set()
         assert (await blocker, await patient, await fresh) == ([0], [6], [8])
         assert call.calls == [[0], [3], [4]]

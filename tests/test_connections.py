@@ -94,7 +94,8 @@ def test_slow_header_clients_are_cut_off_while_requests_keep_their_latency(guard
     assert len(closed_after) == SLOW_CLIENTS
     # Cut at the deadline (not before), within a few seconds of it on a loaded 2-core machine.
     assert min(closed_after) > HEADER_TIMEOUT_S - 0.5 and max(closed_after) < HEADER_TIMEOUT_S + 10
-    assert statistics.median(loaded) < max(3 * statistics.median(quiet), statistics.median(quiet) + 0.05)
+    # The slow clients share this event loop with the probes: 150 ms of slack for its bursts of their writes.
+    assert statistics.median(loaded) < max(3 * statistics.median(quiet), statistics.median(quiet) + 0.15)
 
 
 def test_a_silent_connection_is_closed_at_the_header_deadline(guarded_server):

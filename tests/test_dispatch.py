@@ -46,4 +46,4 @@ def test_after_a_burst_a_lone_request_is_as_fast_as_before(embed_tag, logs):
         asyncio.run(closed_loop(f"{server.url}/v1/embeddings", body, concurrency=64, requests=640, deadline_s=60))
         after = statistics.median(asyncio.run(lone_latencies(server.url, 20)))
     print(f"\nlone request p50: {idle * 1000:.1f} ms idle, {after * 1000:.1f} ms after a burst")
-    assert after < max(2 * idle, idle + 0.02)
+    assert after < max(2 * idle, idle + 0.05)  # the stock batcher: 181 ms after a burst (serving/dispatch.py)

@@ -159,7 +159,8 @@ def test_sigterm_answers_accepted_requests_then_exits(embed_tag, logs):
     # The Encoder postpones its exit until the API workers' last calls are answered (serving/drain.py).
     assert [status for status, _ in answers] == [200] * len(answers), answers
     refusal, waited_s = late
-    assert refusal in {"ClientConnectorError", "ClientOSError", "ServerDisconnectedError"} and waited_s < 5  # not hung
+    # refused once the Encoder has exited and the arbiter closed the socket (seconds on a slow machine), not hung
+    assert refusal in {"ClientConnectorError", "ClientOSError", "ServerDisconnectedError"} and waited_s < 30
     assert elapsed < 60
 
 
@@ -177,5 +178,10 @@ os._exit(0)
 def test_gauges_of_a_process_that_died_unseen_are_dropped(embed_server):
     directory = Path(psutil.Process(embed_server.process.pid).environ()["BENTOML_HOME"], "prometheus_multiproc_dir")
     subprocess.run([sys.executable, "-c", GHOST], env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}, check=True)
-    time.sleep(2.5)  # API workers sweep at each sample of textbento_held, each second
-    assert not any(value for name, value in gauges(embed_server.url).items() if "request_in_progress" in name)
+    # API workers sweep at each sample of textbento_held, each second
+    deadline = time.monotonic() + 10
+    while (held := [name for name, value in gauges(embed_server.url).items() if "request_in_progress" in name and value]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.25)
+    assert not held, held
