@@ -109,6 +109,15 @@ def count_rows(path: Path) -> int | None:
     return None
 
 
+def job_spec(source: str, text_field: str, id_field: str | None, model: str, prompt: str, **options) -> dict:
+    """What identifies a job in its manifest: a run resumes only the same job. ``options``: dimensions,
+    truncate, window, vector_type; the vector type is named only when compact, so that outputs begun
+    before it was an option still resume."""
+    if options.get("vector_type") == "float32":
+        del options["vector_type"]
+    return {"input": source, "text_field": text_field, "id_field": id_field, "model": model, "prompt": prompt, **options}
+
+
 @dataclass
 class Output:
     """The output directory of one job; ``job`` must match the manifest's for a run to resume there."""

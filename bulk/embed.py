@@ -35,7 +35,7 @@ from models.spec import ModelSpec
 from models.tokenization import Encoded
 from serving.settings import settings
 
-from .corpus import Output, Row, count_rows, input_format, rows, summary
+from .corpus import Output, Row, count_rows, input_format, job_spec, rows, summary
 from .embedder import VECTOR_TYPES, Embedder, vector_type_problem
 
 logger = logging.getLogger("textbento.bulk")
@@ -145,18 +145,8 @@ def main(argv: list[str] | None = None) -> dict:
         plan = dry_run(job, args.input, args.text_field, args.id_field)
         print(json.dumps(plan, indent=1))
         return plan
-    spec = {
-        "input": str(args.input.resolve()),
-        "text_field": args.text_field,
-        "id_field": args.id_field,
-        "model": str(job.model.tag),
-        "prompt": job.prompt,
-        "dimensions": args.dimensions,
-        # named only when compact, so that outputs begun without the option still resume
-        **({"vector_type": args.vector_type} if args.vector_type != "float32" else {}),
-        "truncate": not args.no_truncate,
-        "window": args.window,
-    }
+    options = {"dimensions": args.dimensions, "vector_type": args.vector_type, "truncate": not args.no_truncate, "window": args.window}
+    spec = job_spec(str(args.input.resolve()), args.text_field, args.id_field, str(job.model.tag), job.prompt, **options)
     output = Output.open(args.output, spec)
     result = run(job, output, args.input, args.text_field, args.id_field, args.window)
     print(json.dumps(result, indent=1), file=sys.stderr)

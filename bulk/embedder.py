@@ -66,10 +66,11 @@ class Embedder:
         self.tokenizer = TextTokenizer(directory, self.spec.max_length)
         self.backend: Backend = load_backend(backend, directory, self.spec, threads)
 
-    def with_options(self, prompt: str, dimensions: int | None, truncate: bool, token_budget: int) -> Embedder:
+    def with_options(self, prompt: str, dimensions: int | None, truncate: bool, token_budget: int, vector_type: str) -> Embedder:
         """The same loaded model with other options (a shallow copy: one tokenizer, one backend)."""
         other = copy.copy(self)
         other.prompt, other.dimensions, other.truncate, other.token_budget = prompt, dimensions, truncate, token_budget
+        other.vector_type = vector_type
         return other
 
     @property

@@ -36,11 +36,12 @@ from pathlib import Path
 import pyarrow as pa
 
 from models.backends import BACKENDS
+from models.calibration import load_ranges
 from models.onnx_layout import has_onnx
 
-from .corpus import Output, Row, checked, input_format, parsed, summary, write_part
+from .corpus import Output, Row, checked, input_format, job_spec, parsed, summary, write_part
 from .corpus import records as corpus_records
-from .embedder import Embedder, stored_model
+from .embedder import VECTOR_TYPES, Embedder, stored_model, vector_type_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,6 +55,7 @@ class Model:
     unpacked on each executor where ``SparkFiles.get`` finds it. ``threads``: the backend's CPU
     threads, by default ``spark.task.cpus`` (the cores Spark gives each task). ``token_budget``: the
     driver's ``TEXTBENTO_TOKEN_BUDGET``, so that every executor cuts its passes as ``bulk.embed`` there would.
+    ``vector_type``: one of ``bulk.embedder.VECTOR_TYPES``, checked on the driver.
     """
 
     directory: str
@@ -64,6 +66,7 @@ class Model:
     truncate: bool
     token_budget: int
     threads: int | None = None
+    vector_type: str = "float32"
 
     def embedder(self) -> Embedder:
         """This process's embedder: the model loaded by the first call for its directory, backend and threads, kept after."""
@@ -76,7 +79,7 @@ class Model:
             threads = self.threads or (context.cpus() if context else 1)
             _LOADED[key] = Embedder(directory, self.backend, self.prompt, self.dimensions, self.truncate, threads, self.token_budget)
             LOADS[os.getpid()] += 1
-        return _LOADED[key].with_options(self.prompt, self.dimensions, self.truncate, self.token_budget)
+        return _LOADED[key].with_options(self.prompt, self.dimensions, self.truncate, self.token_budget, self.vector_type)
 
 
 _LOADED: dict[tuple, Embedder] = {}
@@ -103,6 +106,7 @@ def prepared(
     truncate: bool = True,
     threads: int | None = None,
     ship: bool | None = None,
+    vector_type: str = "float32",
 ) -> Model:
     """The model checked on the driver, and shipped with the job unless the executors read its directory.
 
@@ -115,10 +119,12 @@ def prepared(
     directory = model_directory(model)
     tag, spec = stored_model(directory)
     prompt = checked_prompt(tag, spec, prompt_name, dimensions)
+    if problem := vector_type_problem(vector_type, load_ranges(directory), dimensions):
+        raise SystemExit(problem)
     if ship is None:
         ship = not spark.sparkContext.master.startswith("local")
     place = shipped(spark, directory, tag, backend) if ship else str(directory)
-    return Model(place, ship, backend, prompt, dimensions, truncate, settings.token_budget, threads)
+    return Model(place, ship, backend, prompt, dimensions, truncate, settings.token_budget, threads, vector_type)
 
 
 def shipped(spark, directory: Path, tag: str, backend: str) -> str:
@@ -149,10 +155,13 @@ def embed_texts(df, model: str, *, text_column: str = "text", **options):
     A row whose text was embedded has its vector and token count and no reason; one whose text is
     null, blank, or (``truncate=False``) past the model's limit has no vector and the reason. The
     other columns pass through. ``options``: those of ``prepared`` (backend, prompt_name, dimensions,
-    truncate, threads, ship). Every Arrow batch (``spark.sql.execution.arrow.maxRecordsPerBatch``
-    rows) runs as ``bulk.embed`` runs a window.
+    truncate, threads, ship; float32 vectors only: Spark has no unsigned bytes). Every Arrow batch
+    (``spark.sql.execution.arrow.maxRecordsPerBatch`` rows) runs as ``bulk.embed`` runs a window.
     """
     from pyspark.sql.types import ArrayType, FloatType, IntegerType, StringType, StructField, StructType
+
+    if options.get("vector_type", "float32") != "float32":
+        raise ValueError("embed_texts writes float32 vectors; for compact ones, python -m bulk.spark --vector-type writes them as Parquet")
 
     if not isinstance(df.schema[text_column].dataType, StringType):
         raise TypeError(f"{text_column!r} is {df.schema[text_column].dataType.simpleString()}, not a string column")
@@ -344,6 +353,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, help="the backend's threads in each Python worker; default: spark.task.cpus")
     parser.add_argument("--prompt-name", help="one of the model's prompts; default: its default prompt, if any")
     parser.add_argument("--dimensions", type=int, help="Matryoshka: the first N dimensions, renormalized")
+    parser.add_argument(
+        "--vector-type", default="float32", choices=VECTOR_TYPES, help="the vector column's type, as the server's encoding_format"
+    )
     parser.add_argument("--no-truncate", action="store_true", help="reject texts past the model's limit instead of cutting them")
     parser.add_argument("--window", type=int, default=8192, help="rows per Spark partition and per part")
     parser.add_argument("--dry-run", action="store_true", help="show the plan and a measured estimate; write nothing")
@@ -359,23 +371,15 @@ def main(argv: list[str] | None = None) -> dict:
     spark_start_s = time.perf_counter() - started
     try:
         ship = {"auto": None, "yes": True, "no": False}[args.ship]
-        model = prepared(spark, args.model, args.backend, args.prompt_name, args.dimensions, not args.no_truncate, args.threads, ship)
+        truncate = not args.no_truncate
+        model = prepared(spark, args.model, args.backend, args.prompt_name, args.dimensions, truncate, args.threads, ship, args.vector_type)
         if args.dry_run:
             plan = dry_run(spark, model, source, args.text_field, args.id_field)
             print(json.dumps(plan, indent=1))
             return plan
         tag, _ = stored_model(model_directory(args.model))
-        job = {
-            "input": source,
-            "text_field": args.text_field,
-            "id_field": args.id_field,
-            "model": tag,
-            "prompt": model.prompt,
-            "dimensions": args.dimensions,
-            "truncate": not args.no_truncate,
-            "window": args.window,
-        }
-        output = Output.open(args.output, job)
+        options = {"dimensions": args.dimensions, "vector_type": args.vector_type, "truncate": truncate, "window": args.window}
+        output = Output.open(args.output, job_spec(source, args.text_field, args.id_field, tag, model.prompt, **options))
         result = run(spark, model, output, source, args.text_field, args.id_field, args.window, session_start_s=round(spark_start_s, 2))
     finally:
         if running is None:  # a session of its own: stopped (one it was given goes on)

@@ -54,7 +54,10 @@ def both(tag: str, corpus, directory, *options: str) -> tuple[dict, dict]:
     assert table["id"] == expected["id"] and table["tokens"] == expected["tokens"]
     assert table.schema == expected.schema and table.schema.metadata == expected.schema.metadata
     vectors, reference = (np.stack(t["vector"].to_numpy(zero_copy_only=False)) for t in (table, expected))
-    assert (np.sum(vectors * reference, axis=1) >= 0.99999).all()  # unit vectors: the cosine
+    if vectors.dtype == np.float32:
+        assert (np.sum(vectors * reference, axis=1) >= 0.99999).all()  # unit vectors: the cosine
+    else:  # int8: the same float vectors to 1e-5 (cosine), so a value may sit one step apart at most
+        assert np.abs(vectors.astype(int) - reference).max() <= 1 and (vectors == reference).mean() > 0.99
     assert rejects == expected_rejects
     counts = ("embedded", "rejected", "rejected_by_reason")
     assert {key: summary[key] for key in counts} == {key: single[key] for key in counts}
@@ -76,7 +79,7 @@ def test_a_jsonl_corpus_gets_bulk_embeds_files_and_each_worker_loads_the_model_o
     assert summary["spark"]["partitions"] == 5 and summary["spark"]["model_loads"] == summary["spark"]["python_workers"] <= 2
 
 
-def test_csv_and_parquet_corpora_get_bulk_embeds_files_and_rejects(spark, embed_tag, tmp_path):
+def test_csv_and_parquet_corpora_get_bulk_embeds_files_and_rejects_and_compact_vectors(spark, embed_tag, tmp_path):
     with (tmp_path / "corpus.csv").open("w", newline="") as out:
         writer = csv.writer(out)
         writer.writerow(["id", "text"])
@@ -85,10 +88,10 @@ def test_csv_and_parquet_corpora_get_bulk_embeds_files_and_rejects(spark, embed_
     texts = [f"{TEXTS[i % 3]} number {i}" if i % 7 else (None if i % 2 else "") for i in range(20)]
     pq.write_table(pa.table({"id": list(range(20)), "text": texts}), tmp_path / "corpus.parquet", row_group_size=6)
 
-    for name, rejected in (("corpus.csv", 3), ("corpus.parquet", 3)):
+    for name, options in (("corpus.csv", []), ("corpus.parquet", ["--vector-type", "int8"])):
         (tmp_path / name.split(".")[1]).mkdir()
-        single, _ = both(embed_tag, tmp_path / name, tmp_path / name.split(".")[1])
-        assert single["rejected"] == rejected
+        single, _ = both(embed_tag, tmp_path / name, tmp_path / name.split(".")[1], *options)
+        assert single["rejected"] == 3
 
 
 def test_it_resumes_after_the_parts_bulk_embed_finished(spark, embed_tag, tmp_path):
@@ -123,6 +126,8 @@ def test_embed_texts_adds_vectors_to_a_dataframe(spark, embed_tag):
         "null": (None, None, "no 'text' field"),
         "blank": (None, None, "'text' is empty"),
     }
+    with pytest.raises(ValueError, match="embed_texts writes float32 vectors"):
+        spark_job.embed_texts(frame, embed_tag, vector_type="int8")
 
 
 def test_a_dry_run_counts_measures_one_task_and_writes_nothing(spark, embed_tag, tmp_path):
