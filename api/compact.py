@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.calibration import SCALES, compact
+from models.calibration import compact, scale_problem
 
 from .catalog import ServedModel
 from .errors import APIError
@@ -17,13 +17,11 @@ from .responses import base64_floats
 def refuse_unservable(model: ServedModel, kinds: list[str], dimensions: int | None, kinds_field: str, dimensions_field: str) -> None:
     """400 for int8/uint8 that cannot be served: a model imported without ranges, or fewer dimensions
     than the ranges were measured on."""
-    if scalar := [kind for kind in kinds if kind in SCALES]:
-        if model.ranges is None:
-            reason = "was imported without calibration ranges; import it again to get them"
-            raise APIError(400, "invalid_request", f"{kinds_field} {scalar}: model {model.name!r} {reason}", kinds_field)
-        if dimensions is not None:
-            reason = "not served, the ranges are those of the whole vector"
-            raise APIError(400, "invalid_request", f"{kinds_field} {scalar} with {dimensions_field}: {reason}", dimensions_field)
+    for kind in kinds:
+        if problem := scale_problem(kind, model.ranges, dimensions):
+            reason, cut = problem
+            asked = f"{kinds_field} {kind}" + (f" with {dimensions_field}" if cut else "")
+            raise APIError(400, "invalid_request", f"{asked} (model {model.name!r}): {reason}", dimensions_field if cut else kinds_field)
 
 
 def by_type(rows: np.ndarray, kind: str, ranges: np.ndarray | None) -> list:

@@ -15,7 +15,7 @@ import numpy as np
 import yaml
 
 from models.backends import load_backend
-from models.calibration import SCALES, compact, load_ranges
+from models.calibration import SCALES, compact, load_ranges, scale_problem
 from models.inference import Backend, run_window
 from models.postprocess import truncate_dimensions
 from models.spec import ModelSpec
@@ -36,10 +36,9 @@ def stored_model(directory: str | Path) -> tuple[str, ModelSpec]:
 
 def vector_type_problem(vector_type: str, ranges: np.ndarray | None, dimensions: int | None) -> str | None:
     """Why ``vector_type`` (one of ``VECTOR_TYPES``) cannot be written for this model and these options; None when it can."""
-    if vector_type in SCALES and ranges is None:
-        return f"--vector-type {vector_type}: the model was imported without calibration ranges; import it again to get them"
-    if vector_type in SCALES and dimensions is not None:
-        return f"--vector-type {vector_type} with --dimensions: the ranges are those of the whole vector"
+    if problem := scale_problem(vector_type, ranges, dimensions):
+        reason, cut = problem
+        return f"--vector-type {vector_type}" + (" with --dimensions" if cut else "") + f": {reason}"
     return None
 
 

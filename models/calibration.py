@@ -67,3 +67,15 @@ def compact(vectors: np.ndarray, kind: str, ranges: np.ndarray | None) -> np.nda
     if kind in SCALES:
         return quantized(vectors, kind, ranges)
     return packed_bits(vectors, signed=kind == "binary")
+
+
+def scale_problem(kind: str, ranges: np.ndarray | None, dimensions: int | None) -> tuple[str, bool] | None:
+    """Why the int8/uint8 ``kind`` cannot be computed for a model with these ``ranges`` cut to ``dimensions``,
+    and whether the cut is why; None when it can (or ``kind`` is not one of ``SCALES``)."""
+    if kind not in SCALES:
+        return None
+    if ranges is None:
+        return "the model was imported without calibration ranges; import it again to get them", False
+    if dimensions is not None:
+        return "the ranges are those of the whole vector", True
+    return None

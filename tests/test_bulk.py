@@ -13,6 +13,7 @@ import requests
 
 from bulk import embed
 from bulk.corpus import Output
+from bulk.embedder import vector_type_problem
 from tests.reference import TEXTS
 
 pytestmark = pytest.mark.slow
@@ -84,6 +85,9 @@ def test_a_compact_type_the_model_cannot_give_is_refused_before_anything_runs(em
         options = ["--vector-type", "int8", "--dimensions", "128"]
         embed.main(["--model", embed_tag, "--input", str(corpus), *options, "--output", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+    # a model stored without ranges: int8/uint8 refused with the reason; the signs need no ranges
+    assert "int8: the model was imported without calibration ranges" in vector_type_problem("int8", None, None)
+    assert vector_type_problem("binary", None, 128) is None
 
 
 def test_a_stopped_run_resumes_after_its_last_whole_part(embed_tag, tmp_path, monkeypatch):
