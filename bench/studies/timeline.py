@@ -1,0 +1,221 @@
+"""Where a lone request's time goes: wall-clock milliseconds per stage at 1 text/request, c=1.
+
+    python -m bench.studies.timeline [--requests 600]    → bench/results/timeline-1x-c1.json
+
+``bench.studies.profile`` charges CPU to kinds of work; at c=1 what the client waits for is the
+wall clock along one request's path, across three processes. This serves the default model
+(``bench.ceiling.bench_tag``) as it is, with a ``sitecustomize`` on the server's ``PYTHONPATH``
+(``STAMPS``) that stamps ``time.time()`` at each stage boundary in every server process: uvicorn's
+request in and answer sent, the route's pipeline, the tokenizer, the hop's call, BentoML's batcher,
+the Encoder's ``encode`` and forward passes, the answer. Requests go one at a time with a pause
+between them, so that each one's stamps sort into a run of their own; each stamp's median offset
+from the client's send, and the stages between them, in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+
+from bench import write_result
+from bench.ceiling import bench_tag
+from bench.peers import SERVED_NAME
+from harness.serving import serve
+from harness.texts import short_texts
+
+# Wraps functions as their modules load, in every server process; writes "role: stage time" lines.
+STAMPS = r"""
+import functools, importlib.abc, importlib.util, os, sys, time
+
+_command = open("/proc/self/cmdline", "rb").read().replace(b"\0", b" ").decode()
+_role = "Encoder" if "--service-name encoder" in _command else "API worker"
+_log = open(os.path.join(os.environ["TEXTBENTO_TIMELINE"], f"{os.getpid()}.log"), "a", buffering=1)
+
+
+def stamp(stage):
+    _log.write(f"{_role}: {stage}\t{time.time():.6f}\n")
+
+
+def around(function, before=None, after=None):
+    if getattr(function, "__code__", None) and function.__code__.co_flags & 0x80:  # a coroutine function
+        async def wrapped(*args, **kwargs):
+            before and stamp(before)
+            result = await function(*args, **kwargs)
+            after and stamp(after)
+            return result
+    else:
+        def wrapped(*args, **kwargs):
+            before and stamp(before)
+            result = function(*args, **kwargs)
+            after and stamp(after)
+            return result
+    return functools.wraps(function)(wrapped)
+
+
+def timed_hop(make):
+    def made(call, attempts):
+        return around(make(call, attempts), "call to the Encoder sent", "call to the Encoder answered")
+    return made
+
+
+def run_asgi(original):
+    async def run(self, app):
+        if self.scope.get("path") in ("/readyz", "/livez", "/metrics"):
+            return await original(self, app)
+        stamp("HTTP request in")
+        await original(self, app)
+        stamp("HTTP answer sent")
+    return run
+
+
+def uvicorn_cycle(module):
+    module.RequestResponseCycle.run_asgi = run_asgi(module.RequestResponseCycle.run_asgi)
+
+
+PATCHES = {
+    "uvicorn.protocols.http.httptools_impl": uvicorn_cycle,
+    "uvicorn.protocols.http.h11_impl": uvicorn_cycle,
+    "api.pipeline": lambda m: setattr(m.Pipeline, "run", around(m.Pipeline.run, "route's pipeline")),
+    "models.tokenization": lambda m: setattr(m.TextTokenizer, "encode", around(m.TextTokenizer.encode, None, "tokenized")),
+    "serving.hop": lambda m: setattr(m, "resend_unanswered", timed_hop(m.resend_unanswered)),
+    "bentoml._internal.marshal.dispatcher": lambda m: setattr(
+        m.CorkDispatcher, "inbound_call", around(m.CorkDispatcher.inbound_call, "queued in BentoML's batcher")
+    ),
+    "serving.wire": lambda m: (
+        setattr(m, "ids_from_wire", around(m.ids_from_wire, "encode called")),
+        setattr(m, "rows_to_wire", around(m.rows_to_wire, None, "encode returns")),
+    ),
+    "models.inference": lambda m: setattr(m, "run_passes", around(m.run_passes, "forward passes start", "forward passes end")),
+    "serving.telemetry": lambda m: setattr(m.Timing, "headers", around(m.Timing.headers, "answer made")),
+}
+
+
+class Patcher(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in PATCHES:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            PATCHES[name](module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, Patcher())
+"""
+
+
+async def one_at_a_time(url: str, texts: list[str], count: int) -> list[tuple[float, float]]:
+    """``count`` requests of one text each, one at a time: when each was sent and answered."""
+    sent = []
+    async with aiohttp.ClientSession() as session:
+        for index in range(count):
+            started = time.time()
+            async with session.post(url, json={"model": SERVED_NAME, "input": [texts[index % len(texts)]]}) as response:
+                await response.read()
+                response.raise_for_status()
+            sent.append((started, time.time()))
+            await asyncio.sleep(0.002)  # the stamps of consecutive requests stay apart
+    return sent
+
+
+def stages(stamps: list[tuple[str, float]], sent: list[tuple[float, float]]) -> dict[str, float]:
+    """Each stamp's median offset from its request's send, in milliseconds, in the order they come."""
+    offsets: dict[str, list[float]] = {}
+    stamps.sort(key=lambda item: item[1])
+    position = 0
+    for started, answered in sent:
+        while position < len(stamps) and stamps[position][1] < started:
+            position += 1
+        seen = {}
+        while position < len(stamps) and stamps[position][1] <= answered:
+            seen.setdefault(*stamps[position])
+            position += 1
+        for name, when in {**seen, "client: answer read": answered}.items():
+            offsets.setdefault(name, []).append((when - started) * 1000)
+    medians = {name: statistics.median(values) for name, values in offsets.items() if len(values) > len(sent) // 2}
+    return dict(sorted(medians.items(), key=lambda item: item[1]))
+
+
+def lone_passes_ms(texts: list[str], pauses_s: tuple[float, ...], rounds: int = 3) -> dict[str, float]:
+    """In this process, the served backend's median forward pass of one text, each after a pause
+    of each of ``pauses_s`` idle, the pauses in turns."""
+    import bentoml
+
+    from models.backends import load_backend
+    from models.spec import ModelSpec
+    from models.tokenization import TextTokenizer
+    from serving.settings import settings
+
+    stored = bentoml.models.get(bench_tag())
+    spec = ModelSpec.of(stored)
+    backend = load_backend(settings.backend, stored.path, spec, settings.runner_threads)
+    encoded = TextTokenizer(stored.path, spec.max_length).encode(texts)
+    batches = [(e.ids[None].astype("int64"), np.ones((1, len(e.ids)), dtype=np.int64)) for e in encoded]
+    for input_ids, mask in batches[:50]:
+        backend.forward(input_ids, mask)
+    took: dict[float, list[float]] = {pause: [] for pause in pauses_s}
+    for _ in range(rounds):
+        for pause in pauses_s:
+            for input_ids, mask in batches:
+                time.sleep(pause)
+                started = time.perf_counter()
+                backend.forward(input_ids, mask)
+                took[pause].append((time.perf_counter() - started) * 1000)
+    return {f"after {pause * 1000:g} ms idle": round(statistics.median(values), 3) for pause, values in took.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=600)
+    args = parser.parse_args()
+    texts = short_texts(2048)
+    with tempfile.TemporaryDirectory(prefix="textbento-timeline-") as scratch:
+        Path(scratch, "sitecustomize.py").write_text(STAMPS)
+        logs = Path(scratch, "stamps")
+        logs.mkdir()
+        env = {"TEXTBENTO_MODEL": bench_tag(), "PYTHONPATH": scratch, "TEXTBENTO_TIMELINE": str(logs)}
+        with serve(env=env) as server:
+            url = server.url + "/v1/embeddings"
+            asyncio.run(one_at_a_time(url, texts, 100))  # warm-up
+            sent = asyncio.run(one_at_a_time(url, texts, args.requests))
+        stamps = [(name, float(when)) for log in logs.iterdir() for name, when in (line.rsplit("\t", 1) for line in log.open())]
+    offsets = stages(stamps, sent)
+    previous, steps = 0.0, {}
+    for name, offset in offsets.items():
+        steps[name] = {"at_ms": round(offset, 3), "since_previous_ms": round(offset - previous, 3)}
+        previous = offset
+    # The same passes in this process, back to back and after the pause a served request leaves between
+    # them: how much of the passes' stage is the cores waking from idle rather than the model.
+    alone = lone_passes_ms(texts[:300], (0.0, 0.004))
+    report = {
+        "model": bench_tag(),
+        "requests": args.requests,
+        "texts_per_request": 1,
+        "concurrency": 1,
+        "stages": steps,
+        "in_process_forward_pass_ms": alone,
+    }
+    for name, step in steps.items():
+        print(f"{name:50s} {step['at_ms']:8.3f} {step['since_previous_ms']:+8.3f}")
+    print("in process, one text's forward pass:", alone)
+    print(write_result("timeline-1x-c1.json", report))
+
+
+if __name__ == "__main__":
+    main()
