@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from models.postprocess import l2_normalize, ranked_labels, scores, sparse_entries
+from serving.bentoml_fixes import current_service
 from serving.settings import settings
 
 from . import tei
@@ -27,7 +28,7 @@ from .pipeline import Pipeline
 from .responses import json_response
 
 router = APIRouter()
-ThisPipeline = Depends(bentoml.get_current_service)  # the service instance answering: a Pipeline
+ThisPipeline = Depends(current_service)  # the service instance answering (a Pipeline), found on the event loop
 
 
 @router.post("/embed", response_model=tei.EmbedResponse, responses=TEI_ERROR_RESPONSES)

@@ -1,4 +1,4 @@
-"""Three per-request costs of BentoML 1.4.40, corrected in place (docs/design.md 18).
+"""Four per-request costs of BentoML 1.4.40, corrected in place (docs/design.md 18).
 
 - **A JSON schema per answer.** BentoML works out an IO model's media type from its JSON schema,
   built anew (a pydantic ``TypeAdapter`` and its schema) for every answer of every call, on the
@@ -15,6 +15,12 @@
   processor would export them (its cost: docs/design.md 8). Without one (no
   ``TEXTBENTO_OTLP_ENDPOINT``, no ``tracing`` in a BentoML config) the middleware is left out; with
   one, it stays as it is.
+- **A thread per request for ``self``.** A FastAPI route on a service class gets its ``self`` from
+  ``Depends(get_current_service)``, a plain function, and FastAPI runs a plain function's
+  dependency on a worker thread: a hop to the thread pool and back for every request (0.11 ms in
+  process, 0.13-0.29 ms of a lone request's wall clock served: docs/design.md 18). Here it comes
+  from ``current_service``, a coroutine FastAPI awaits on the event loop; the TEI and Cohere
+  routes take the service from it too.
 
 Each refuses to start when the installed BentoML no longer has what it replaces
 (tests/test_bentoml_fixes.py pins each).
@@ -23,12 +29,14 @@ Each refuses to start when the installed BentoML no longer has what it replaces
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 from functools import cache
 from typing import Any
 
 from _bentoml_impl.server.app import ServiceAppFactory
-from _bentoml_sdk import io_models
+from _bentoml_sdk import _internals, io_models
+from _bentoml_sdk.service import get_current_service
 from bentoml._internal.configuration.containers import BentoMLContainer
 from bentoml._internal.server.http import traffic
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
@@ -40,6 +48,7 @@ def apply() -> None:
     cache_media_types()
     cancel_timeout_timers()
     trace_only_when_exported()
+    self_on_the_loop()
 
 
 def cache_media_types() -> None:
@@ -112,3 +121,32 @@ def trace_only_when_exported() -> None:
 
     chosen.only_when_exported = True
     ServiceAppFactory.middlewares = property(chosen)
+
+
+async def current_service() -> Any:
+    """The service instance answering, as ``bentoml.get_current_service`` gives it, but as a coroutine:
+    FastAPI awaits it on the event loop, where it runs a plain function on a worker thread."""
+    return get_current_service()
+
+
+def self_on_the_loop() -> None:
+    """FastAPI class views made from now on (``bentoml.asgi_app``) take their ``self`` from ``current_service``."""
+    stock = _internals.make_fastapi_class_views
+    if getattr(stock, "self_on_the_loop", False):
+        return
+    source = inspect.getsource(stock)
+    if "from .service import get_current_service" not in source or "Depends(get_current_service)" not in source:
+        raise RuntimeError("BentoML's FastAPI class views changed: serving/bentoml_fixes.py no longer applies")
+    # The stock function imports its dependency from this module as it runs: the coroutine is put
+    # there for that call only (at import, on one thread), and every other caller keeps the original.
+    service_module = importlib.import_module("_bentoml_sdk.service")
+
+    def class_views(cls: type, app: Any) -> None:
+        service_module.get_current_service = current_service
+        try:
+            stock(cls, app)
+        finally:
+            service_module.get_current_service = get_current_service
+
+    class_views.self_on_the_loop = True
+    _internals.make_fastapi_class_views = class_views

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import typing
 import weakref
 
 import bentoml
 from _bentoml_impl.server.app import ServiceAppFactory
 from _bentoml_sdk.io_models import IOMixin, ensure_io_descriptor
+from _bentoml_sdk.service import set_current_service
 from bentoml._internal.server.http.traffic import TimeoutMiddleware
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
 from serving import bentoml_fixes
-from serving.bentoml_fixes import apply, cache_media_types
+from serving.bentoml_fixes import apply, cache_media_types, current_service
 
 
 def test_media_types_are_worked_out_once_per_class_and_unchanged():
@@ -97,3 +101,32 @@ def test_opentelemetry_wraps_requests_only_when_a_span_would_be_exported(monkeyp
     assert OpenTelemetryMiddleware in traced and OpenTelemetryMiddleware not in plain
     assert [cls for cls in traced if cls is not OpenTelemetryMiddleware] == plain
     assert TimeoutMiddleware in plain
+
+
+def test_a_class_views_self_is_found_on_the_event_loop(monkeypatch):
+    """FastAPI runs a plain function's dependency on a worker thread: without the fix, every request
+    to a route of the service class (and to a TEI or Cohere route) takes a hop to the thread pool for ``self``."""
+    from fastapi.dependencies import utils
+
+    from api.tei_routes import ThisPipeline
+
+    apply()
+    app = FastAPI()
+
+    class View:
+        @app.get("/who")
+        async def who(self) -> dict:
+            return {"view": type(self).__name__}
+
+    bentoml.asgi_app(app)(View)
+    on_threads = []
+    stock = utils.run_in_threadpool
+    monkeypatch.setattr(utils, "run_in_threadpool", lambda call, **values: on_threads.append(call) or stock(call, **values))
+    set_current_service(View())
+    try:
+        assert TestClient(app).get("/who").json() == {"view": "View"}
+    finally:
+        set_current_service(None)
+    assert on_threads == []
+    assert ThisPipeline.dependency is current_service
+    assert not inspect.iscoroutinefunction(bentoml.get_current_service)  # every other caller keeps BentoML's own
