@@ -17,8 +17,8 @@
   one, it stays as it is.
 - **A thread per request for ``self``.** A FastAPI route on a service class gets its ``self`` from
   ``Depends(get_current_service)``, a plain function, and FastAPI runs a plain function's
-  dependency on a worker thread: a hop to the thread pool and back for every request (0.11 ms in
-  process, 0.13-0.29 ms of a lone request's wall clock served: docs/design.md 18). Here it comes
+  dependency on a worker thread: a hop to the thread pool and back for every request (0.22 ms of
+  a lone request's wall clock, served: docs/design.md 18). Here it comes
   from ``current_service``, a coroutine FastAPI awaits on the event loop; the TEI and Cohere
   routes take the service from it too.
 
