@@ -2,7 +2,7 @@
 
     client ─JSON─▶ TextBento × N workers ──────────────────────▶ Encoder × 1 per served model
                    validate (pydantic), pick the model           adaptive batching across requests
-                   tokenize in a thread, never on the loop       sort by length, cut, pad, forward
+                   tokenize (a long request in a thread)         sort by length, cut, pad, forward
                    merge concurrent requests into shared calls   (ONNX Runtime per-token int8 on CPU
                    scores / labels / base64 ◀── logits or embeddings ── by default)
 

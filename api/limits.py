@@ -9,8 +9,9 @@ from models.tokenization import Encoded, TextInput
 from .errors import APIError
 
 
-def check_sizes(texts: Sequence[TextInput], param: str, max_inputs: int, max_chars: int) -> None:
-    """413 for more than ``max_inputs`` inputs, or for an input (a text, or a pair's two) over ``max_chars`` characters."""
+def check_sizes(texts: Sequence[TextInput], param: str, max_inputs: int, max_chars: int) -> list[int]:
+    """Each input's characters (a text's, or a pair's two); 413 for more than ``max_inputs`` inputs,
+    or for an input over ``max_chars`` characters."""
     if len(texts) > max_inputs:
         raise APIError(413, "too_many_inputs", f"{len(texts)} inputs in one request; the limit is {max_inputs}", param)
     sizes = [len(text) if isinstance(text, str) else sum(map(len, text)) for text in texts]
@@ -19,6 +20,7 @@ def check_sizes(texts: Sequence[TextInput], param: str, max_inputs: int, max_cha
         raise APIError(
             413, "input_too_long", f"input {longest} has {sizes[longest]} characters; the limit is {max_chars}", f"{param}.{longest}"
         )
+    return sizes
 
 
 def refuse_truncated(encoded: Sequence[Encoded], param: str, max_length: int) -> None:

@@ -1,6 +1,7 @@
 """Where a lone request's time goes: wall-clock milliseconds per stage at 1 text/request, c=1.
 
     python -m bench.studies.timeline [--requests 600]    → bench/results/timeline-1x-c1.json
+    python -m bench.studies.timeline --against REF --rounds 2    → bench/results/timeline-1x-c1-against-REF.json
 
 ``bench.studies.profile`` charges CPU to kinds of work; at c=1 what the client waits for is the
 wall clock along one request's path, across three processes. This serves the default model
@@ -9,13 +10,17 @@ wall clock along one request's path, across three processes. This serves the def
 request in and answer sent, the route's pipeline, the tokenizer, the hop's call, BentoML's batcher,
 the Encoder's ``encode`` and forward passes, the answer. Requests go one at a time with a pause
 between them, so that each one's stamps sort into a run of their own; each stamp's median offset
-from the client's send, and the stages between them, in order.
+from the client's send, and the stages between them, in order. With ``--against REF``, ``REF``
+(checked out in a scratch worktree) is served in turns with this tree, on the same stored model,
+and the stages of both are written: a change's cost or gain at the stage it touches, which the
+machine's noise hides end to end.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
@@ -26,8 +31,9 @@ import numpy as np
 
 from bench import write_result
 from bench.ceiling import bench_tag
+from bench.compare import worktree
 from bench.peers import SERVED_NAME
-from harness.serving import serve
+from harness.serving import ROOT, serve
 from harness.texts import short_texts
 
 # Wraps functions as their modules load, in every server process; writes "role: stage time" lines.
@@ -180,41 +186,64 @@ def lone_passes_ms(texts: list[str], pauses_s: tuple[float, ...], rounds: int = 
     return {f"after {pause * 1000:g} ms idle": round(statistics.median(values), 3) for pause, values in took.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=600)
-    args = parser.parse_args()
-    texts = short_texts(2048)
+def served_stages(tree: Path, texts: list[str], requests: int) -> dict[str, float]:
+    """``stages`` of ``tree`` serving the benchmark model, its processes stamped."""
     with tempfile.TemporaryDirectory(prefix="textbento-timeline-") as scratch:
         Path(scratch, "sitecustomize.py").write_text(STAMPS)
         logs = Path(scratch, "stamps")
         logs.mkdir()
         env = {"TEXTBENTO_MODEL": bench_tag(), "PYTHONPATH": scratch, "TEXTBENTO_TIMELINE": str(logs)}
-        with serve(env=env) as server:
+        with serve(env=env, cwd=tree) as server:
             url = server.url + "/v1/embeddings"
             asyncio.run(one_at_a_time(url, texts, 100))  # warm-up
-            sent = asyncio.run(one_at_a_time(url, texts, args.requests))
+            sent = asyncio.run(one_at_a_time(url, texts, requests))
         stamps = [(name, float(when)) for log in logs.iterdir() for name, when in (line.rsplit("\t", 1) for line in log.open())]
-    offsets = stages(stamps, sent)
+    return stages(stamps, sent)
+
+
+def steps_of(rounds: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each stamp's median offset over the rounds, and the stage before it."""
+    names = [name for name in rounds[0] if all(name in offsets for offsets in rounds)]
     previous, steps = 0.0, {}
-    for name, offset in offsets.items():
+    for name in names:
+        offset = statistics.median(offsets[name] for offsets in rounds)
         steps[name] = {"at_ms": round(offset, 3), "since_previous_ms": round(offset - previous, 3)}
         previous = offset
+    return steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument("--against", help="a git revision served in turns with this tree, e.g. the last landed commit")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    texts = short_texts(2048)
+    with worktree(args.against) if args.against else contextlib.nullcontext() as other:
+        trees = {"this tree": ROOT, **({args.against: other} if other else {})}
+        rounds: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+        for _ in range(args.rounds):
+            for name, tree in trees.items():
+                rounds[name].append(served_stages(tree, texts, args.requests))
     # The same passes in this process, back to back and after the pause a served request leaves between
     # them: how much of the passes' stage is the cores waking from idle rather than the model.
     alone = lone_passes_ms(texts[:300], (0.0, 0.004))
+    served = {name: steps_of(offsets) for name, offsets in rounds.items()}
     report = {
         "model": bench_tag(),
         "requests": args.requests,
+        "rounds": args.rounds,
         "texts_per_request": 1,
         "concurrency": 1,
-        "stages": steps,
+        "stages": served["this tree"],
+        **({"stages_of_" + args.against: served[args.against]} if args.against else {}),
         "in_process_forward_pass_ms": alone,
     }
-    for name, step in steps.items():
-        print(f"{name:50s} {step['at_ms']:8.3f} {step['since_previous_ms']:+8.3f}")
+    for name, step in served["this tree"].items():
+        theirs = served[args.against][name]["since_previous_ms"] if args.against else None
+        print(f"{name:50s} {step['at_ms']:8.3f} {step['since_previous_ms']:+8.3f}" + (f" ({theirs:+.3f})" if args.against else ""))
     print("in process, one text's forward pass:", alone)
-    print(write_result("timeline-1x-c1.json", report))
+    print(write_result(f"timeline-1x-c1-against-{args.against}.json" if args.against else "timeline-1x-c1.json", report))
 
 
 if __name__ == "__main__":
