@@ -82,7 +82,7 @@ bench-bulk: venv
 bench-bulk-spark: venv java
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.bulk_spark
 
-# textbento vs infinity-emb (its own venv under build/peers/), same model, loaded in turns, 3 rounds:
+# textbento vs infinity-emb (its own venv under build/peers/), same model, both up, each point measured on one then the other, 3 rounds:
 # 1 text c=1 (p50), 1 text c=64, 32 texts c=8, and each one's fidelity to transformers: bench/results/peers.json.
 bench-peers: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.peers

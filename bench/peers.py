@@ -1,12 +1,13 @@
-"""textbento against its peer infinity-emb, on this machine, same model, loaded in turns.
+"""textbento against its peer infinity-emb, on this machine, same model, both up, measured in turns.
 
     make bench-peers      # → bench/results/peers.json (~10 min; the first run installs infinity, ~5 min)
 
 The peer serves all-MiniLM-L6-v2 as its CPU users do (``../shared/peers/PEERS.md``): optimum's ONNX
 export, ONNX Runtime's stock dynamic int8 (per-channel weights), infinity's optimum engine; in its
 own virtualenv under ``build/peers/`` (ignored), from the package index. textbento serves the same
-weights with ``make serve``'s defaults. Each round starts one server, measures the points, stops it,
-then the other; a point's figure is the median of the rounds. Each server's fidelity is its vectors
+weights with ``make serve``'s defaults. Each round starts both servers and measures each point on
+one and then the other, seconds apart; a point's figure is the median of the rounds, and each
+round's pair gives a paired ratio (``paired_ratios``). Each server's fidelity is its vectors
 over HTTP against transformers fp32 on the gate texts of ``tests/test_onnx.py`` (speed means little
 without the accuracy it was bought with).
 """
@@ -43,6 +44,7 @@ TOKENIZER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "sp
 SERVED_NAME = "sentence-transformers/all-MiniLM-L6-v2"  # textbento knows the benchmark model by its source id too
 # (name, texts per request, concurrency, seconds): the issue's three points.
 POINTS = [("1x-c1", 1, 1, 10), ("1x-c64", 1, 64, 15), ("32x-c8", 32, 8, 15)]
+IDLE_S = 10  # how long both servers are watched idle before the first round's points
 PINNED = ("infinity-emb", "infinity_emb", "optimum", "optimum-onnx", "onnxruntime", "transformers", "tokenizers", "torch")
 PEER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1"}
 
@@ -114,22 +116,18 @@ def infinity(model_dir: Path) -> Iterator[tuple[str, int]]:
         log.close()
 
 
-def load_points(url: str, pid: int) -> dict[str, dict]:
-    """Each point's load figures, and the server's CPU per request meanwhile (all its processes, and by part)."""
+def load_point(url: str, pid: int, point: tuple[str, int, int, int]) -> dict:
+    """One point's load figures, and the server's CPU per request meanwhile (all its processes, and by part)."""
+    name, per_request, concurrency, seconds = point
     texts = short_texts(2048)
-    rows = {}
-    for name, per_request, concurrency, seconds in POINTS:
-        body = lambda i, k=per_request: {"model": SERVED_NAME, "input": [texts[(i * k + j) % len(texts)] for j in range(k)]}
-        asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
-        before = cpu_seconds(pid)
-        result = asyncio.run(
-            closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request)
-        )
-        by_part = cpu_ms_per(before, cpu_seconds(pid), result.statuses[200])
-        rows[name] = {**result.summary(), "cpu_ms_per_request": round(sum(by_part.values()), 2), "cpu_ms_per_request_by_part": by_part}
-        if result.errors:  # a figure with errors in it compares nothing
-            raise RuntimeError(f"{url} {name}: {result.errors} errors, e.g. {result.sample_errors[:2]}")
-    return rows
+    body = lambda i: {"model": SERVED_NAME, "input": [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]}
+    asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
+    before = cpu_seconds(pid)
+    result = asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request))
+    by_part = cpu_ms_per(before, cpu_seconds(pid), result.statuses[200])
+    if result.errors:  # a figure with errors in it compares nothing
+        raise RuntimeError(f"{url} {name}: {result.errors} errors, e.g. {result.sample_errors[:2]}")
+    return {**result.summary(), "cpu_ms_per_request": round(sum(by_part.values()), 2), "cpu_ms_per_request_by_part": by_part}
 
 
 def vectors(url: str, texts: list[str]) -> np.ndarray:
@@ -159,6 +157,12 @@ def median_rows(rounds: list[dict[str, dict]]) -> dict[str, dict]:
     return {name: {key: statistics.median(r[name][key] for r in rounds) for key in keys} for name, *_ in POINTS}
 
 
+def paired(ours: dict[str, dict], peer: dict[str, dict], point: str) -> float:
+    """ours/peer at ``point``: texts/s, or p50 latency at c=1 (lower is better there)."""
+    key = "p50_ms" if point == "1x-c1" else "texts_per_s"
+    return round(ours[point][key] / peer[point][key], 3)
+
+
 def main(rounds: int) -> None:
     import bentoml
 
@@ -173,19 +177,29 @@ def main(rounds: int) -> None:
     tag = bench_tag()
     reference = sentence_embeddings(default_model_dir(), TEXTS, max_length=ModelSpec.of(bentoml.models.get(tag)).max_length)
     runs: dict[str, list] = {"textbento": [], "infinity": []}
-    accuracy = {}
     for round_ in range(rounds):
-        with serve(env={"TEXTBENTO_MODEL": tag}) as server:
-            url = server.url + "/v1/embeddings"
-            runs["textbento"].append(load_points(url, server.process.pid))
+        # Both servers up, each point measured on one and then the other (which goes first alternates
+        # by round): the machine's speed drifts by tens of percent within minutes, and a pair
+        # measured seconds apart compares like with like. What a server spends idle, as the other is
+        # measured, is in the report (``idle_cpu_ms_per_s``).
+        with serve(env={"TEXTBENTO_MODEL": tag}) as server, infinity(peer_dir) as (peer_url, peer_pid):
+            servers = {"textbento": (server.url + "/v1/embeddings", server.process.pid), "infinity": (peer_url + "/embeddings", peer_pid)}
             if round_ == 0:
-                accuracy["textbento"] = fidelity(vectors(url, TEXTS), reference)
+                idle = {name: cpu_seconds(pid) for name, (_, pid) in servers.items()}
+                time.sleep(IDLE_S)
+                idle_cpu = {
+                    name: round(sum(cpu_ms_per(idle[name], cpu_seconds(pid), IDLE_S).values()), 2) for name, (_, pid) in servers.items()
+                }
+            rows: dict[str, dict] = {name: {} for name in servers}
+            for point in POINTS:
+                for name in list(servers)[:: 1 if round_ % 2 == 0 else -1]:
+                    rows[name][point[0]] = load_point(*servers[name], point)
+            if round_ == 0:
+                accuracy = {name: fidelity(vectors(url, TEXTS), reference) for name, (url, _) in servers.items()}
                 card = json.load(urllib.request.urlopen(server.url + "/v1/models", timeout=10))["data"][0]
-        with infinity(peer_dir) as (url, pid):
-            runs["infinity"].append(load_points(url + "/embeddings", pid))
-            if round_ == 0:
-                accuracy["infinity"] = fidelity(vectors(url + "/embeddings", TEXTS), reference)
-        print(f"round {round_ + 1}/{rounds}: {json.dumps({k: v[-1] for k, v in runs.items()})}", flush=True)
+        for name, figures in rows.items():
+            runs[name].append(figures)
+        print(f"round {round_ + 1}/{rounds}: {json.dumps(rows)}", flush=True)
     medians = {name: median_rows(rows) for name, rows in runs.items()}
     ours, peer = medians["textbento"], medians["infinity"]
     report = {
@@ -201,6 +215,11 @@ def main(rounds: int) -> None:
             "32x-c8 texts/s ours/peer": round(ours["32x-c8"]["texts_per_s"] / peer["32x-c8"]["texts_per_s"], 3),
             "1x-c1 p50 ours/peer": round(ours["1x-c1"]["p50_ms"] / peer["1x-c1"]["p50_ms"], 3),
         },
+        # Each round's pair, ours/peer: the figures of a point measured seconds apart.
+        "paired_ratios": {
+            name: [paired(ours_, peer_, name) for ours_, peer_ in zip(runs["textbento"], runs["infinity"])] for name, *_ in POINTS
+        },
+        "idle_cpu_ms_per_s": idle_cpu,
         "fidelity_to_transformers_fp32": {**accuracy, "texts": len(TEXTS)},
         "runs": runs,
     }

@@ -91,12 +91,18 @@ def peers(files: dict) -> list[str]:
         ["min / mean cosine to transformers fp32", *(f"{f[s]['min_cosine']} / {f[s]['mean_cosine']}" for s in f if s != "texts"), ""]
     )
     rows.append(["nearest neighbours agreeing", *(pct(f[s]["nearest_neighbours"]) for s in f if s != "texts"), ""])
-    return [
-        f"The same model on the same machine, loaded in turns, {d['rounds']} times each, medians; the peer is {d['peer']}. "
+    paired = d.get("paired_ratios")
+    how = "both up, each point measured on one and then the other" if paired else "loaded in turns"
+    lines = [
+        f"The same model on the same machine, {how}, {d['rounds']} rounds, medians; the peer is {d['peer']}. "
         f"textbento served `{d['textbento']['backend']}`, {d['textbento']['precision']}. Fidelity over {f['texts']} texts.",
         "",
         *table(["all-MiniLM-L6-v2", "textbento", "infinity-emb", "ours / peer"], rows),
     ]
+    if paired:
+        each = "; ".join(f"{key} " + ", ".join(f"{r:.2f}x" for r in ratios) for key, ratios in paired.items())
+        lines += ["", f"Ours / peer in each round's pair (p50 at c=1, texts/s elsewhere): {each}."]
+    return lines
 
 
 def baselines(files: dict) -> list[str]:
