@@ -49,18 +49,18 @@ def import_default(tree: Path, name: str) -> str:
 
 def measure(tree: Path, tag: str, seconds: float, points: list[tuple[int, int]], settings: dict | None = None) -> dict[str, dict]:
     """Each point's closed-loop figures against ``tree`` serving ``tag`` (with ``settings``, TEXTBENTO_* variables)."""
-    texts = short_texts(2048)
-    rows = {}
     with serve(env={"TEXTBENTO_MODEL": tag, **(settings or {})}, cwd=tree) as server:
-        for per_request, concurrency in points:
-            body = lambda i, k=per_request: {"input": [texts[(i * k + j) % len(texts)] for j in range(k)]}
-            url = server.url + "/v1/embeddings"
-            asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
-            result = asyncio.run(
-                closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request)
-            )
-            rows[f"{per_request}x-c{concurrency}"] = result.summary()
-    return rows
+        return {f"{k}x-c{c}": load(server.url, k, c, seconds) for k, c in points}
+
+
+def load(base_url: str, per_request: int, concurrency: int, seconds: float) -> dict:
+    """One point's closed-loop figures against the server at ``base_url``, after a short warm-up."""
+    texts = short_texts(2048)
+    body = lambda i: {"input": [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]}
+    url = base_url + "/v1/embeddings"
+    asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
+    result = asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request))
+    return result.summary()
 
 
 def parse_point(text: str) -> tuple[int, int]:

@@ -1,27 +1,32 @@
-"""One setting's values served side by side: throughput and latency of each, this tree, in turns.
+"""One setting's values served side by side: throughput and latency of each, this tree, measured in pairs.
 
-    python -m bench.studies.settings TEXTBENTO_MAX_BATCH_SIZE 64 128 256 --out batch-size.json
+    python -m bench.studies.settings TEXTBENTO_MAX_BATCH_SIZE 64 256 --out batch-size-paired.json
     python -m bench.studies.settings TEXTBENTO_CALLS_IN_FLIGHT 2 3 4 --out calls-in-flight.json
 
-This tree serves the embedded model with each value in turns, 3 rounds, at 1 text × c=64 and 32
-texts × c=8 (at c=1 a batch holds one call whatever the setting); each point keeps its best round
-(``bench.compare``). A default chosen by a number is chosen from one of these files
-(docs/design.md 3 and 6).
+This tree serves the embedded model once per value, all at once, and each round measures each point
+(1 text × c=64 and 32 texts × c=8; at c=1 a batch holds one call whatever the setting) on every
+server in turn, seconds apart, the order reversed every other round: the machine's speed drifts
+by tens of percent within minutes, and figures measured seconds apart compare like with like.
+Each value's medians over the rounds, and each round's ratio to the first value
+(``paired_ratios``). A default chosen by a number is chosen from one of these files (docs/design.md
+3 and 6).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+from contextlib import ExitStack
 
 import bentoml
 
 from bench import write_result
-from bench.compare import better, import_default, measure
-from harness.serving import ROOT
+from bench.compare import import_default, load
+from harness.serving import ROOT, serve
 
 POINTS = [(1, 64), (32, 8)]
-ROUNDS = 3
-SECONDS = 8
+ROUNDS = 4
+SECONDS = 10
 
 
 def main() -> None:
@@ -31,18 +36,34 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="file name under bench/results/")
     args = parser.parse_args()
     tag = import_default(ROOT, "settings-study")
-    best: dict[str, dict[str, dict]] = {value: {} for value in args.values}
+    rounds: dict[str, list[dict[str, dict]]] = {value: [] for value in args.values}
     try:
-        for _ in range(ROUNDS):
-            for value in args.values:
-                for point, row in measure(ROOT, tag, SECONDS, POINTS, {args.setting: value}).items():
-                    best[value][point] = better(best[value].get(point), row)
-                print(
-                    value, {point: (row["texts_per_s"], row["p50_ms"], row["p99_ms"], row["errors"]) for point, row in best[value].items()}
-                )
+        with ExitStack() as servers:
+            urls = {value: servers.enter_context(serve(env={"TEXTBENTO_MODEL": tag, args.setting: value})).url for value in args.values}
+            for round_ in range(ROUNDS):
+                figures: dict[str, dict[str, dict]] = {value: {} for value in args.values}
+                for k, c in POINTS:
+                    for value in args.values[:: 1 if round_ % 2 == 0 else -1]:
+                        figures[value][f"{k}x-c{c}"] = load(urls[value], k, c, SECONDS)
+                for value, rows in figures.items():
+                    rounds[value].append(rows)
+                    print(value, {point: (row["texts_per_s"], row["p50_ms"], row["p99_ms"], row["errors"]) for point, row in rows.items()})
     finally:
         bentoml.models.delete(tag)
-    write_result(args.out, {"setting": args.setting, "rounds": ROUNDS, "seconds": SECONDS, "results": best})
+    points = [f"{k}x-c{c}" for k, c in POINTS]
+    keys = ("texts_per_s", "p50_ms", "p99_ms", "errors")
+    medians = {
+        value: {p: {key: statistics.median(r[p][key] for r in rows) for key in keys} for p in points} for value, rows in rounds.items()
+    }
+    first = args.values[0]
+    paired = {
+        value: {p: [round(r[p]["texts_per_s"] / f[p]["texts_per_s"], 3) for r, f in zip(rows, rounds[first])] for p in points}
+        for value, rows in rounds.items()
+        if value != first
+    }
+    report = {"setting": args.setting, "rounds": ROUNDS, "seconds": SECONDS, "medians": medians, "paired_ratios": paired, "runs": rounds}
+    print(paired)
+    print(write_result(args.out, report))
 
 
 if __name__ == "__main__":
