@@ -24,7 +24,7 @@ import bentoml
 
 from bench import RESULTS, write_result
 from harness.load import closed_loop
-from harness.serving import ROOT, serve
+from harness.serving import ROOT, cpu_ms_per, cpu_seconds, serve
 from harness.texts import short_texts
 
 POINTS = [(1, 1), (1, 64), (32, 8)]  # (texts per request, concurrency)
@@ -50,17 +50,23 @@ def import_default(tree: Path, name: str) -> str:
 def measure(tree: Path, tag: str, seconds: float, points: list[tuple[int, int]], settings: dict | None = None) -> dict[str, dict]:
     """Each point's closed-loop figures against ``tree`` serving ``tag`` (with ``settings``, TEXTBENTO_* variables)."""
     with serve(env={"TEXTBENTO_MODEL": tag, **(settings or {})}, cwd=tree) as server:
-        return {f"{k}x-c{c}": load(server.url, k, c, seconds) for k, c in points}
+        return {f"{k}x-c{c}": load(server.url + "/v1/embeddings", k, c, seconds) for k, c in points}
 
 
-def load(base_url: str, per_request: int, concurrency: int, seconds: float) -> dict:
-    """One point's closed-loop figures against the server at ``base_url``, after a short warm-up."""
+def load(url: str, per_request: int, concurrency: int, seconds: float, *, model: str | None = None, pid: int | None = None) -> dict:
+    """One point's closed-loop figures against ``url``, after a short warm-up (``model`` named in each
+    body where given); with ``pid``, the CPU per request of that server's processes meanwhile, in all
+    and by part."""
     texts = short_texts(2048)
-    body = lambda i: {"input": [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]}
-    url = base_url + "/v1/embeddings"
+    named = {"model": model} if model else {}
+    body = lambda i: {**named, "input": [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]}
     asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
+    before = cpu_seconds(pid) if pid else {}
     result = asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request))
-    return result.summary()
+    if not pid:
+        return result.summary()
+    by_part = cpu_ms_per(before, cpu_seconds(pid), result.statuses[200])
+    return {**result.summary(), "cpu_ms_per_request": round(sum(by_part.values()), 2), "cpu_ms_per_request_by_part": by_part}
 
 
 def parse_point(text: str) -> tuple[int, int]:

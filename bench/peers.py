@@ -15,7 +15,6 @@ without the accuracy it was bought with).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -31,9 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from bench import write_result
-from harness.load import closed_loop
+from bench.compare import load
 from harness.serving import ROOT, cpu_ms_per, cpu_seconds, free_port, serve, stop_group
-from harness.texts import short_texts
 
 PEER = "infinity-emb 0.0.78 (optimum engine, ONNX Runtime int8 per-channel)"
 BUILD = ROOT / "build" / "peers"
@@ -119,15 +117,10 @@ def infinity(model_dir: Path) -> Iterator[tuple[str, int]]:
 def load_point(url: str, pid: int, point: tuple[str, int, int, int]) -> dict:
     """One point's load figures, and the server's CPU per request meanwhile (all its processes, and by part)."""
     name, per_request, concurrency, seconds = point
-    texts = short_texts(2048)
-    body = lambda i: {"model": SERVED_NAME, "input": [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]}
-    asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
-    before = cpu_seconds(pid)
-    result = asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request))
-    by_part = cpu_ms_per(before, cpu_seconds(pid), result.statuses[200])
-    if result.errors:  # a figure with errors in it compares nothing
-        raise RuntimeError(f"{url} {name}: {result.errors} errors, e.g. {result.sample_errors[:2]}")
-    return {**result.summary(), "cpu_ms_per_request": round(sum(by_part.values()), 2), "cpu_ms_per_request_by_part": by_part}
+    row = load(url, per_request, concurrency, seconds, model=SERVED_NAME, pid=pid)
+    if row["errors"]:  # a figure with errors in it compares nothing
+        raise RuntimeError(f"{url} {name}: {row['errors']} errors; statuses {row['statuses']}")
+    return row
 
 
 def vectors(url: str, texts: list[str]) -> np.ndarray:

@@ -44,7 +44,7 @@ def main() -> None:
                 figures: dict[str, dict[str, dict]] = {value: {} for value in args.values}
                 for k, c in POINTS:
                     for value in args.values[:: 1 if round_ % 2 == 0 else -1]:
-                        figures[value][f"{k}x-c{c}"] = load(urls[value], k, c, SECONDS)
+                        figures[value][f"{k}x-c{c}"] = load(urls[value] + "/v1/embeddings", k, c, SECONDS)
                 for value, rows in figures.items():
                     rounds[value].append(rows)
                     print(value, {point: (row["texts_per_s"], row["p50_ms"], row["p99_ms"], row["errors"]) for point, row in rows.items()})

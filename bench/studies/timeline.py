@@ -38,7 +38,7 @@ from harness.texts import short_texts
 
 # Wraps functions as their modules load, in every server process; writes "role: stage time" lines.
 STAMPS = r"""
-import functools, importlib.abc, importlib.util, os, sys, time
+import functools, importlib.abc, importlib.util, inspect, os, sys, time
 
 _command = open("/proc/self/cmdline", "rb").read().replace(b"\0", b" ").decode()
 _role = "Encoder" if "--service-name encoder" in _command else "API worker"
@@ -50,7 +50,7 @@ def stamp(stage):
 
 
 def around(function, before=None, after=None):
-    if getattr(function, "__code__", None) and function.__code__.co_flags & 0x80:  # a coroutine function
+    if inspect.iscoroutinefunction(function):
         async def wrapped(*args, **kwargs):
             before and stamp(before)
             result = await function(*args, **kwargs)
