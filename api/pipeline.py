@@ -34,6 +34,13 @@ from .responses import json_response, usage
 INLINE_CHARS = 500
 
 
+async def tokenize(tokenizer: Any, texts: list[TextInput], chars: int, cut: str, max_tokens: int | None) -> list[Encoded]:
+    """``texts`` tokenized on the event loop when they hold at most ``INLINE_CHARS`` characters in all, else on a thread."""
+    if chars <= INLINE_CHARS:
+        return tokenizer.encode(texts, cut, max_tokens)
+    return await asyncio.to_thread(tokenizer.encode, texts, cut, max_tokens)
+
+
 class Pipeline:
     """What a route needs: the served models, and the steps from texts to an answer."""
 
@@ -64,10 +71,7 @@ class Pipeline:
         try:
             with model.admitted():
                 async with asyncio.timeout(due - time.time()):
-                    if sum(sizes) <= INLINE_CHARS:  # cheaper than the hop to a thread and back
-                        encoded = tokenizer.encode(texts, cut, max_tokens)
-                    else:
-                        encoded = await asyncio.to_thread(tokenizer.encode, texts, cut, max_tokens)
+                    encoded = await tokenize(tokenizer, texts, sum(sizes), cut, max_tokens)
                     timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
                     if not truncate:
                         refuse_truncated(encoded, param, min(max_tokens or tokenizer.max_length, tokenizer.max_length))

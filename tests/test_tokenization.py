@@ -45,3 +45,32 @@ def test_a_shorter_limit_cuts_as_the_tokenizer_cut_to_it_would(model_dir, side):
         shorter = tokenizer.encode(texts, side, max_tokens=limit)
         assert [e.ids.tolist() for e in shorter] == [e.ids for e in reference.encode_batch(texts)], limit
         assert [e.truncated for e in shorter] == [len(e.ids) > limit for e in tokenizer.encode(texts, side, max_tokens=None)], limit
+
+
+def test_a_short_request_is_tokenized_on_the_event_loop_and_a_long_one_on_a_thread():
+    """Up to ``INLINE_CHARS`` characters the hop to a thread costs more than the tokenizer; past them
+    a request would hold the event loop, and every other request on it, while it is tokenized."""
+    import asyncio
+    import threading
+
+    from api.pipeline import INLINE_CHARS, tokenize
+
+    tokenizer = TextTokenizer(default_model_dir(), max_length=256)
+    ran_on = []
+
+    class Recording:
+        def encode(self, texts, cut, max_tokens):
+            ran_on.append(threading.current_thread())
+            return tokenizer.encode(texts, cut, max_tokens)
+
+    async def both():
+        loop_thread = threading.current_thread()
+        short = ["word " * (INLINE_CHARS // 10)] * 2
+        long = [*short, "word"]
+        for texts in (short, long):
+            encoded = await tokenize(Recording(), texts, sum(map(len, texts)), "right", None)
+            assert [e.ids.tolist() for e in encoded] == [e.ids.tolist() for e in tokenizer.encode(texts)]
+        return loop_thread
+
+    loop_thread = asyncio.run(both())
+    assert ran_on[0] is loop_thread and ran_on[1] is not loop_thread
