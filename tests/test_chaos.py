@@ -5,8 +5,8 @@ from bench import chaos
 
 
 def test_kills_under_load_lose_nothing_and_throughput_recovers(embed_tag, tmp_path):
-    seconds = 90  # each kill has 30 s before it, and the Encoder is back within 10 s of its kill
-    verdict = chaos.judge(chaos.run(embed_tag, seconds, [(30, "encoder"), (60, "API worker")], tmp_path / "server.log"), seconds)
+    seconds = 60  # each kill has 20 s before it, and the Encoder is back within 10 s of its kill
+    verdict = chaos.judge(chaos.run(embed_tag, seconds, [(20, "encoder"), (40, "API worker")], tmp_path / "server.log"), seconds)
     print("\nchaos:", {k: verdict[k] for k in ("requests", "statuses", "dropped_connections_at_worker_kills", "slowest_s", "rss_growth")})
     for kill in verdict["kills"]:
         print("  ", {k: kill.get(k) for k in ("what", "at_s", "replacement_started_s", "throughput_before", "back_at_s")})

@@ -104,7 +104,10 @@ def test_calls_dropped_before_an_answer_are_sent_again(embed_tag, logs, where, a
 
 
 def test_client_disconnects_leave_nothing_stuck(embed_url):
-    """Whatever the shared server served before: every stage back to its idle level within seconds."""
+    """Whatever the shared server served before: every stage back to its idle level within seconds.
+    The idle level is read after one answer: BentoML starts the Encoder's batch dispatcher, a task
+    that lives as long as the process, on its first call."""
+    assert eventually_ok(embed_url, within_s=30)
     time.sleep(1.5)  # textbento_held is sampled each second
     idle = idle_levels(embed_url)
 
