@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -67,6 +68,11 @@ def load(url: str, per_request: int, concurrency: int, seconds: float, *, model:
         return result.summary()
     by_part = cpu_ms_per(before, cpu_seconds(pid), result.statuses[200])
     return {**result.summary(), "cpu_ms_per_request": round(sum(by_part.values()), 2), "cpu_ms_per_request_by_part": by_part}
+
+
+def median_rows(rounds: list[dict[str, dict]], points: Iterable[str], keys: Iterable[str]) -> dict[str, dict]:
+    """Each point's median of each figure over ``rounds`` (each a ``load`` row per point name)."""
+    return {point: {key: statistics.median(r[point][key] for r in rounds) for key in keys} for point in points}
 
 
 def parse_point(text: str) -> tuple[int, int]:

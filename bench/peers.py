@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import write_result
-from bench.compare import load
+from bench.compare import load, median_rows
 from harness.serving import ROOT, cpu_ms_per, cpu_seconds, free_port, serve, stop_group
 
 PEER = "infinity-emb 0.0.78 (optimum engine, ONNX Runtime int8 per-channel)"
@@ -145,11 +144,6 @@ def fidelity(served: np.ndarray, reference: np.ndarray) -> dict[str, float]:
     }
 
 
-def median_rows(rounds: list[dict[str, dict]]) -> dict[str, dict]:
-    keys = ("requests_per_s", "texts_per_s", "p50_ms", "p99_ms", "errors", "cpu_ms_per_request")
-    return {name: {key: statistics.median(r[name][key] for r in rounds) for key in keys} for name, *_ in POINTS}
-
-
 def paired(ours: dict[str, dict], peer: dict[str, dict], point: str) -> float:
     """ours/peer at ``point``: texts/s, or p50 latency at c=1 (lower is better there)."""
     key = "p50_ms" if point == "1x-c1" else "texts_per_s"
@@ -193,7 +187,8 @@ def main(rounds: int) -> None:
         for name, figures in rows.items():
             runs[name].append(figures)
         print(f"round {round_ + 1}/{rounds}: {json.dumps(rows)}", flush=True)
-    medians = {name: median_rows(rows) for name, rows in runs.items()}
+    keys = ("requests_per_s", "texts_per_s", "p50_ms", "p99_ms", "errors", "cpu_ms_per_request")
+    medians = {name: median_rows(rows, [point for point, *_ in POINTS], keys) for name, rows in runs.items()}
     ours, peer = medians["textbento"], medians["infinity"]
     report = {
         "model": tag,

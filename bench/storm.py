@@ -160,8 +160,7 @@ def bad_inputs(base_url: str) -> Counter:
 
 
 # Not the storm's: the /metrics request reading the gauges, and BentoML's health probes, which the
-# storm never sends (a start-up probe can stay in progress after a slow start of several models:
-# docs/design.md 5c).
+# storm never sends (a probe sent while several models start can stay in progress: docs/design.md, Open).
 NOT_THE_STORMS = ('endpoint="/metrics"', 'endpoint="/readyz"', 'endpoint="/livez"')
 
 

@@ -1,5 +1,7 @@
 """Tokenization matches transformers' own, truncates at max_length and says so."""
 
+import asyncio
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -7,6 +9,7 @@ import pytest
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
+from api.pipeline import INLINE_CHARS, tokenize
 from models.store import default_model_dir
 from models.tokenization import TextTokenizer
 
@@ -50,11 +53,6 @@ def test_a_shorter_limit_cuts_as_the_tokenizer_cut_to_it_would(model_dir, side):
 def test_a_short_request_is_tokenized_on_the_event_loop_and_a_long_one_on_a_thread():
     """Up to ``INLINE_CHARS`` characters the hop to a thread costs more than the tokenizer; past them
     a request would hold the event loop, and every other request on it, while it is tokenized."""
-    import asyncio
-    import threading
-
-    from api.pipeline import INLINE_CHARS, tokenize
-
     tokenizer = TextTokenizer(default_model_dir(), max_length=256)
     ran_on = []
 

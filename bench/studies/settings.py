@@ -15,13 +15,12 @@ Each value's medians over the rounds, and each round's ratio to the first value
 from __future__ import annotations
 
 import argparse
-import statistics
 from contextlib import ExitStack
 
 import bentoml
 
 from bench import write_result
-from bench.compare import import_default, load
+from bench.compare import import_default, load, median_rows
 from harness.serving import ROOT, serve
 
 POINTS = [(1, 64), (32, 8)]
@@ -52,9 +51,7 @@ def main() -> None:
         bentoml.models.delete(tag)
     points = [f"{k}x-c{c}" for k, c in POINTS]
     keys = ("texts_per_s", "p50_ms", "p99_ms", "errors")
-    medians = {
-        value: {p: {key: statistics.median(r[p][key] for r in rows) for key in keys} for p in points} for value, rows in rounds.items()
-    }
+    medians = {value: median_rows(rows, points, keys) for value, rows in rounds.items()}
     first = args.values[0]
     paired = {
         value: {p: [round(r[p]["texts_per_s"] / f[p]["texts_per_s"], 3) for r, f in zip(rows, rounds[first])] for p in points}
