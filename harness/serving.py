@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
+import random
 import shutil
 import signal
 import socket
@@ -49,9 +51,25 @@ class ServerExited(RuntimeError):
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free 127.0.0.1 port below the kernel's ephemeral range.
+
+    BentoML's arbiter binds port 0 for its ZeroMQ endpoints and the Encoders' ports, so they are
+    drawn from the ephemeral range: a port chosen there and released could be taken by one of them
+    before the server binds it (a probe then reads a ZeroMQ greeting, not HTTP).
+    """
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    for _ in range(100):
+        port = random.randrange(max(1024, ephemeral_low - 12000), ephemeral_low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port below {ephemeral_low} after 100 tries")
 
 
 def wait_ready(base_url: str, process: subprocess.Popen, timeout_s: float = 180) -> None:
@@ -64,7 +82,7 @@ def wait_ready(base_url: str, process: subprocess.Popen, timeout_s: float = 180)
             with urllib.request.urlopen(f"{base_url}/readyz", timeout=30) as response:
                 if response.status == 200:
                     return
-        except OSError:
+        except (OSError, http.client.HTTPException):  # not up yet, or the port is not ours (the retry below)
             pass
         time.sleep(0.5)
     raise TimeoutError(f"{base_url} not ready after {timeout_s} s")
@@ -114,9 +132,9 @@ def serve(
     )
     process = None
     try:
-        # A port chosen free can be taken before the server binds it (ours, or one of the arbiter's
-        # own ZeroMQ ports: "Address already in use"): a server that exits while starting gets
-        # two more tries on fresh ports; one that fails three times fails the caller.
+        # A port chosen free can still be taken before the server binds it ("Address already in use"):
+        # a server that exits while starting gets two more tries on fresh ports; one that fails three
+        # times fails the caller.
         for attempt in range(3):
             port = free_port()
             process = subprocess.Popen(
