@@ -15,6 +15,7 @@ import pytest
 
 from bench.storm import gauges, idle_levels, settled
 from harness.load import closed_loop
+from harness.serving import role
 from tests.conftest import eventually_ok, running
 
 
@@ -147,6 +148,7 @@ def test_sigterm_answers_accepted_requests_then_exits(embed_tag, logs):
 
             accepted = [asyncio.create_task(one(i)) for i in range(16)]
             await asyncio.sleep(1.0)
+            exits.start()
             os.killpg(server.process.pid, signal.SIGTERM)
             answers = await asyncio.gather(*accepted)
             asked = time.monotonic()
@@ -154,17 +156,39 @@ def test_sigterm_answers_accepted_requests_then_exits(embed_tag, logs):
             return answers, (late[0], time.monotonic() - asked)
 
     with running(embed_tag, logs, "drain") as server:
+        exits = ExitTimes(server.process.pid)
         started = time.monotonic()
         answers, late = asyncio.run(drain(server))
         server.process.wait(timeout=60)
         elapsed = time.monotonic() - started
-    print("\nSIGTERM:", answers, late, f"exited after {elapsed:.1f} s")
+        exits.join(timeout=1)
+    print("\nSIGTERM:", answers, late, f"exited after {elapsed:.1f} s;", exits)
     # The Encoder postpones its exit until the API workers' last calls are answered (serving/drain.py).
     assert [status for status, _ in answers] == [200] * len(answers), answers
     refusal, waited_s = late
     # refused once the Encoder has exited and the arbiter closed the socket (seconds on a slow machine), not hung
-    assert refusal in {"ClientConnectorError", "ClientOSError", "ServerDisconnectedError"} and waited_s < 30
-    assert elapsed < 60
+    assert refusal in {"ClientConnectorError", "ClientOSError", "ServerDisconnectedError"} and waited_s < 30, (late, exits)
+    assert elapsed < 60, exits
+
+
+class ExitTimes(threading.Thread):
+    """Seconds from ``start()`` to each process of a server's tree ending: which part outlived a signal."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        root = psutil.Process(pid)
+        self.alive = {process: f"{role(' '.join(process.cmdline()))} {process.pid}" for process in [root, *root.children(recursive=True)]}
+        self.ended: dict[str, float] = {}
+
+    def run(self) -> None:
+        began = time.monotonic()
+        while self.alive and time.monotonic() - began < 120:
+            for process in [process for process in self.alive if not process.is_running()]:
+                self.ended[self.alive.pop(process)] = round(time.monotonic() - began, 1)
+            time.sleep(0.2)
+
+    def __repr__(self) -> str:
+        return f"exits after SIGTERM (s): {self.ended}, still running: {sorted(self.alive.values())}"
 
 
 # A process that counts 38 requests in progress in BentoML's gauge, then dies without a word (as a
