@@ -29,8 +29,9 @@ serve: model
 	$(BIN)/bentoml serve service:TextBento --host $(HOST) --port $(PORT)
 
 # Java for tests/test_bulk_spark.py (`make java`).
+# The 25 slowest steps are listed at the end: the suite's time budget is 15 minutes.
 test: venv java
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests
 
 # The tests that start no server and import no model (the slow ones carry the mark `slow`: pytest.ini).
 test-fast: venv
