@@ -93,14 +93,24 @@ def test_the_flat_requirement_files_agree():
     assert gpu <= gpu_torch
 
 
-@pytest.mark.parametrize("flavour, torch", [("gpu", False), ("gpu-torch", True)])
-def test_the_gpu_bentos_add_cuda_runtimes(embed_tag, flavour, torch):
-    tag = bentoml("build", "-f", f"deploy/{flavour}/bentofile.yaml", "--arg", f"model={embed_tag}", "-o", "tag").splitlines()[-1]
+@pytest.mark.parametrize("flavour", ["gpu", "gpu-torch"])
+def test_a_gpu_bentofile_is_the_cpu_one_with_its_own_requirements(flavour):
+    cpu, gpu = (yaml.safe_load((ROOT / path).read_text()) for path in ("bentofile.yaml", f"deploy/{flavour}/bentofile.yaml"))
+    assert gpu["python"] == {**cpu["python"], "requirements_txt": f"./requirements/serve-{flavour}.txt"}
+    assert (gpu["name"], gpu["labels"]) == (f"textbento-{flavour}", {**cpu["labels"], "flavour": flavour})
+    assert {key: value for key, value in gpu.items() if key not in {"python", "name", "labels"}} == {
+        key: value for key, value in cpu.items() if key not in {"python", "name", "labels"}
+    }
+
+
+def test_the_gpu_torch_bento_adds_cuda_runtimes_and_torch(embed_tag):
+    """Built, as the largest GPU bento (the other differs from it only by its requirements file, above)."""
+    tag = bentoml("build", "-f", "deploy/gpu-torch/bentofile.yaml", "--arg", f"model={embed_tag}", "-o", "tag").splitlines()[-1]
     path = Path(bentoml("get", tag.removeprefix("__tag__:"), "-o", "path").strip())
     requirements = pins(path / "env/python/requirements.txt")
-    assert pins(ROOT / f"requirements/serve-{flavour}.txt") <= requirements and requirements >= CUDA_RUNTIMES
+    assert pins(ROOT / "requirements/serve-gpu-torch.txt") <= requirements and requirements >= CUDA_RUNTIMES
     assert not any(line.startswith("onnxruntime==") for line in requirements)
-    assert any(line.startswith("torch==") for line in requirements) == torch
+    assert any(line.startswith("torch==") for line in requirements)
 
 
 def test_the_bento_records_its_model_and_stays_offline(info, embed_tag):
