@@ -2,11 +2,13 @@
 
     python -m bench.studies.settings TEXTBENTO_MAX_BATCH_SIZE 64 256 --out batch-size-paired.json
     python -m bench.studies.settings TEXTBENTO_CALLS_IN_FLIGHT 2 3 4 --out calls-in-flight.json
+    python -m bench.studies.settings TEXTBENTO_RUNNER_THREADS 2 1 --points 1x1,1x64 --out threads-served.json
 
 This tree serves the embedded model once per value, all at once, and each round measures each point
-(1 text × c=64 and 32 texts × c=8; at c=1 a batch holds one call whatever the setting) on every
-server in turn, seconds apart, the order reversed every other round: the machine's speed drifts
-by tens of percent within minutes, and figures measured seconds apart compare like with like.
+(``--points``, texts per request × concurrency; by default 1 × c64 and 32 × c8, since at c=1 a batch
+holds one call whatever a batching setting) on every server in turn, seconds apart, the order
+reversed every other round: the machine's speed drifts by tens of percent within minutes, and
+figures measured seconds apart compare like with like.
 Each value's medians over the rounds, and each round's ratio to the first value
 (``paired_ratios``). A default chosen by a number is chosen from one of these files (docs/design.md
 3 and 6).
@@ -23,7 +25,7 @@ from bench import write_result
 from bench.compare import import_default, load, median_rows
 from harness.serving import ROOT, serve
 
-POINTS = [(1, 64), (32, 8)]
+POINTS = "1x64,32x8"
 ROUNDS = 4
 SECONDS = 10
 
@@ -32,8 +34,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("setting", help="a TEXTBENTO_* variable")
     parser.add_argument("values", nargs="+")
+    parser.add_argument("--points", default=POINTS, help="texts per request x concurrency, comma-separated")
     parser.add_argument("--out", required=True, help="file name under bench/results/")
     args = parser.parse_args()
+    points = [tuple(int(n) for n in point.split("x")) for point in args.points.split(",")]
     tag = import_default(ROOT, "settings-study")
     rounds: dict[str, list[dict[str, dict]]] = {value: [] for value in args.values}
     try:
@@ -41,7 +45,7 @@ def main() -> None:
             urls = {value: servers.enter_context(serve(env={"TEXTBENTO_MODEL": tag, args.setting: value})).url for value in args.values}
             for round_ in range(ROUNDS):
                 figures: dict[str, dict[str, dict]] = {value: {} for value in args.values}
-                for k, c in POINTS:
+                for k, c in points:
                     for value in args.values[:: 1 if round_ % 2 == 0 else -1]:
                         figures[value][f"{k}x-c{c}"] = load(urls[value] + "/v1/embeddings", k, c, SECONDS)
                 for value, rows in figures.items():
@@ -49,12 +53,12 @@ def main() -> None:
                     print(value, {point: (row["texts_per_s"], row["p50_ms"], row["p99_ms"], row["errors"]) for point, row in rows.items()})
     finally:
         bentoml.models.delete(tag)
-    points = [f"{k}x-c{c}" for k, c in POINTS]
+    names = [f"{k}x-c{c}" for k, c in points]
     keys = ("texts_per_s", "p50_ms", "p99_ms", "errors")
-    medians = {value: median_rows(rows, points, keys) for value, rows in rounds.items()}
+    medians = {value: median_rows(rows, names, keys) for value, rows in rounds.items()}
     first = args.values[0]
     paired = {
-        value: {p: [round(r[p]["texts_per_s"] / f[p]["texts_per_s"], 3) for r, f in zip(rows, rounds[first])] for p in points}
+        value: {p: [round(r[p]["texts_per_s"] / f[p]["texts_per_s"], 3) for r, f in zip(rows, rounds[first])] for p in names}
         for value, rows in rounds.items()
         if value != first
     }
