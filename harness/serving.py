@@ -50,6 +50,9 @@ class ServerExited(RuntimeError):
     """The server process ended before it was ready."""
 
 
+PORT_SPAN = 12_000  # how far below the ephemeral range a server's port is drawn from
+
+
 def free_port() -> int:
     """A free 127.0.0.1 port below the kernel's ephemeral range.
 
@@ -62,7 +65,7 @@ def free_port() -> int:
     except (OSError, ValueError, IndexError):
         ephemeral_low = 32768
     for _ in range(100):
-        port = random.randrange(max(1024, ephemeral_low - 12000), ephemeral_low)
+        port = random.randrange(max(1024, ephemeral_low - PORT_SPAN), ephemeral_low)
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))

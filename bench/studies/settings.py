@@ -22,7 +22,7 @@ from contextlib import ExitStack
 import bentoml
 
 from bench import write_result
-from bench.compare import import_default, load, median_rows
+from bench.compare import import_default, load, median_rows, parse_point
 from harness.serving import ROOT, serve
 
 POINTS = "1x64,32x8"
@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--points", default=POINTS, help="texts per request x concurrency, comma-separated")
     parser.add_argument("--out", required=True, help="file name under bench/results/")
     args = parser.parse_args()
-    points = [tuple(int(n) for n in point.split("x")) for point in args.points.split(",")]
+    points = [parse_point(point) for point in args.points.split(",")]
     tag = import_default(ROOT, "settings-study")
     rounds: dict[str, list[dict[str, dict]]] = {value: [] for value in args.values}
     try:
