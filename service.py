@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -55,7 +56,7 @@ from models.spec import ModelSpec
 from models.tokenization import TextTokenizer, side_tokenizers
 from serving import bentoml_fixes
 from serving.coalesce import Coalescer
-from serving.connections import limit_connections, open_connections
+from serving.connections import limit_connections, open_connections, requests_in_progress
 from serving.dispatch import dispatch_when_free
 from serving.drain import Drain
 from serving.gone import Dropped, Forgetter
@@ -63,7 +64,7 @@ from serving.gpus import gpu_share
 from serving.hop import resend_unanswered
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
 from serving.telemetry import forget_dead_processes, telemetry
-from serving.wire import ids_from_wire, rows_to_wire
+from serving.wire import Text, ids_from_wire, rows_to_wire
 
 dispatch_when_free()  # BentoML's batcher otherwise learns to idle-wait after a burst
 bentoml_fixes.apply()  # a JSON schema per answer, a timer per request: serving/bentoml_fixes.py
@@ -74,6 +75,10 @@ NO_ACCESS_LOG = {"access": {"enabled": False}}
 # the calls in flight on it (HTTP 500 under concurrency, upstream #5540/#5544). Read from the
 # callee's config, so it is set on the Encoder.
 NEVER_RECYCLE = {"max_requests": 2**62, "max_age": 1e12}
+# A lone short text, when the Encoder answers nothing else, is computed on its event loop: the hop
+# to the parked inference thread and back costs a lone request about 0.5 ms (docs/design.md 8).
+# The loop is held for one short pass, on a model whose lone pass is short.
+LOOP_PASS_TOKENS, LOOP_PASS_S = 128, 0.010
 
 
 class Encoder:
@@ -100,8 +105,10 @@ class Encoder:
         telemetry.backend(self.name, self.backend)
         # Warm-up before /readyz turns green: the first forward pass is the slowest (a batch and a lone
         # text: on a CPU they run on sessions of their own, models/backends/onnx_backend.Streams).
-        for texts in (8, 1):
+        for texts in (8, 1, 1):
+            started = time.perf_counter()
             self.thread.call(self.forward, [np.ones(16, dtype=np.int32)] * texts)
+        self.loop_passes = self.backend.any_thread and time.perf_counter() - started <= LOOP_PASS_S  # the last, warm
         # On SIGTERM, answer the API workers' last calls before stopping (serving/drain.py).
         self.drain = Drain(quiet_s=1.0, longest_s=settings.drain_longest_s)
         self.drain.postpone_sigterm()
@@ -125,10 +132,17 @@ class Encoder:
     @bentoml.api(batchable=True, max_batch_size=settings.max_batch_size, max_latency_ms=settings.max_latency_ms)
     async def encode(self, token_ids: list[bytes]) -> list[tuple[bytes, Any]]:
         texts = ids_from_wire(token_ids)
+        forward = partial(self.forward, [text.ids for text in texts], partial(self.dropped.wanted, texts))
         with self.drain.batch():
-            rows, passes = await self.thread.run(self.forward, [text.ids for text in texts], partial(self.dropped.wanted, texts))
+            rows, passes = forward() if self.on_the_loop(texts) else await self.thread.run(forward)
         telemetry.passes(self.name, set(passes) - {None})
         return list(zip(rows_to_wire(rows), passes))
+
+    def on_the_loop(self, texts: list[Text]) -> bool:
+        """Whether this call's pass runs on the event loop's thread (``LOOP_PASS_TOKENS``): not while other
+        calls arrive, whose reading would wait for the pass instead of overlapping it."""
+        alone = requests_in_progress() == 1 and self.thread.held == 0
+        return self.loop_passes and alone and len(texts) == 1 and len(texts[0].ids) <= LOOP_PASS_TOKENS
 
     @bentoml.api
     async def forget(self, keys: list[int]) -> None:

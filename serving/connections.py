@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from uvicorn.protocols.http import auto, httptools_impl
 
@@ -36,11 +36,17 @@ class Limits:
     header_timeout_s: float | None = None
     keep_alive_s: float | None = None
     open: int = 0  # connections this process's server holds now
+    requests: set = field(default_factory=set)  # uvicorn's tasks: the requests it is answering now
 
 
 def open_connections() -> int:
     """HTTP connections this process's server holds now (``textbento_held``)."""
     return LIMITS.open
+
+
+def requests_in_progress() -> int:
+    """HTTP requests this process's server is answering now, every route's."""
+    return len(LIMITS.requests)
 
 
 LIMITS = Limits()
@@ -63,6 +69,7 @@ def _patch(protocol: type) -> None:
     def _connection_made(self, transport: asyncio.Transport) -> None:
         connection_made(self, transport)
         LIMITS.open += 1
+        LIMITS.requests = self.tasks  # one set per server, shared by its connections
         self.timeout_keep_alive = LIMITS.keep_alive_s
         _start_headers_clock(self)
 

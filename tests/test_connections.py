@@ -129,3 +129,49 @@ def test_an_idle_keep_alive_connection_is_closed(guarded_server):
         return time.monotonic() - answered
 
     assert 1.5 < asyncio.run(idle()) < 6
+
+
+def test_requests_in_progress_counts_the_requests_uvicorn_is_answering():
+    """What the Encoder reads to run a lone pass on its event loop (service.Encoder.on_the_loop): the
+    requests of every connection of this process's server, each counted until it is answered."""
+    import uvicorn
+
+    from serving.connections import limit_connections, requests_in_progress
+
+    async def scenario() -> tuple[int, int, int]:
+        release = asyncio.Event()
+
+        async def app(scope, receive, send):
+            if scope["type"] != "http":
+                return
+            await release.wait()
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http="httptools", log_level="warning", lifespan="off"))
+        limit_connections(header_timeout_s=5, keep_alive_s=5)
+        serving = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        before = requests_in_progress()
+
+        async def get() -> bytes:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            answer = await reader.read()
+            writer.close()
+            return answer
+
+        clients = [asyncio.create_task(asyncio.wait_for(get(), 10)) for _ in range(3)]
+        while requests_in_progress() < 3:
+            await asyncio.sleep(0.01)
+        held = requests_in_progress()
+        release.set()
+        assert all(answer.endswith(b"ok") for answer in await asyncio.gather(*clients))
+        answered = requests_in_progress()
+        server.should_exit = True
+        await serving
+        return before, held, answered
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == (0, 3, 0)

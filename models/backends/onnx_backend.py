@@ -90,6 +90,7 @@ class OnnxBackend:
     """
 
     trials = ()
+    any_thread = True
 
     def __init__(
         self,

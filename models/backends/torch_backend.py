@@ -19,6 +19,7 @@ class TorchBackend:
     name = "torch"
     fidelity = None
     trials = ()
+    any_thread = False  # its CPU pool (OpenMP) belongs to the thread that loaded it (``models.inference.InferenceThread``)
 
     def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int) -> None:
         self.spec = spec
