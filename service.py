@@ -76,7 +76,7 @@ NO_ACCESS_LOG = {"access": {"enabled": False}}
 # callee's config, so it is set on the Encoder.
 NEVER_RECYCLE = {"max_requests": 2**62, "max_age": 1e12}
 # A lone short text, when the Encoder answers nothing else, is computed on its event loop: the hop
-# to the parked inference thread and back costs a lone request about 0.5 ms (docs/design.md 8).
+# to the parked inference thread and back and its wake-ups cost a lone request 0.4-0.8 ms (docs/design.md 8).
 # The loop is held for one short pass, on a model whose lone pass is short.
 LOOP_PASS_TOKENS, LOOP_PASS_S = 128, 0.010
 

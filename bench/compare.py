@@ -6,7 +6,9 @@
 The machine's speed changes from day to day, so a figure committed another day is no yardstick:
 this checks out ``REF`` in a scratch git worktree, imports the embedded all-MiniLM-L6-v2 with
 each tree's own import CLI (its own export and quantization), then serves each tree in turns,
-several rounds, measuring the same points (``POINTS``); each point keeps its best round.
+several rounds, measuring the same points (``POINTS``); each point keeps its best round, and each
+round's ratio of the two trees (a pair measured a minute apart) is written too, with their median:
+one fast minute can make a tree's best round.
 """
 
 from __future__ import annotations
@@ -108,9 +110,11 @@ def main() -> None:
                 args.ref: (ref_tree, import_default(ref_tree, "compare-ref")),
             }
             best: dict[str, dict[str, dict]] = {name: {} for name in trees}
+            rounds: dict[str, list[dict[str, dict]]] = {name: [] for name in trees}
             for _ in range(args.rounds):
                 for name, (tree, tag) in trees.items():
-                    for point, row in measure(tree, tag, args.seconds, points).items():
+                    rounds[name].append(measure(tree, tag, args.seconds, points))
+                    for point, row in rounds[name][-1].items():
                         best[name][point] = better(best[name].get(point), row)
                     print(
                         name, {point: (row["texts_per_s"], row["p50_ms"], row["errors"]) for point, row in best[name].items()}, flush=True
@@ -118,12 +122,23 @@ def main() -> None:
         finally:
             for _, tag in trees.values():  # a new version per run otherwise: ~270 MB each, left in the store
                 bentoml.models.delete(tag)
-    ratios = {point: round(best["this tree"][point]["texts_per_s"] / best[args.ref][point]["texts_per_s"], 2) for point in best[args.ref]}
-    report = {"ref": args.ref, "rounds": args.rounds, "seconds": args.seconds, "results": best, "texts_per_s_ratio": ratios}
+    ratio = lambda ours, theirs, point: round(ours[point]["texts_per_s"] / theirs[point]["texts_per_s"], 2)
+    ratios = {point: ratio(best["this tree"], best[args.ref], point) for point in best[args.ref]}
+    paired = {point: [ratio(ours, theirs, point) for ours, theirs in zip(rounds["this tree"], rounds[args.ref])] for point in ratios}
+    report = {
+        "ref": args.ref,
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "results": best,
+        "texts_per_s_ratio": ratios,
+        "paired_ratios": paired,
+        "median_paired_ratio": {point: statistics.median(values) for point, values in paired.items()},
+        "texts_per_s_by_round": {name: [{k: row["texts_per_s"] for k, row in one.items()} for one in rounds[name]] for name in trees},
+    }
     out = args.out or RESULTS / f"compare-{args.ref}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_result(out, report, indent=2)
-    print("texts/s, this tree / ref:", ratios)
+    print("texts/s, this tree / ref, best rounds:", ratios, "median of the paired rounds:", report["median_paired_ratio"])
 
 
 if __name__ == "__main__":

@@ -175,3 +175,34 @@ def test_requests_in_progress_counts_the_requests_uvicorn_is_answering():
         return before, held, answered
 
     assert asyncio.run(asyncio.wait_for(scenario(), 30)) == (0, 3, 0)
+
+
+def test_a_lone_short_text_runs_on_the_loop_only_when_nothing_else_is_answered(monkeypatch):
+    """service.Encoder.on_the_loop: one text of at most LOOP_PASS_TOKENS, the Encoder's only request,
+    the inference thread idle, on a backend whose warm lone pass was short; any other case hops."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import service
+    from serving.wire import Text
+
+    in_progress = [1]
+    monkeypatch.setattr(service, "requests_in_progress", lambda: in_progress[0])
+    encoder = SimpleNamespace(loop_passes=True, thread=SimpleNamespace(held=0))
+
+    def text(tokens: int) -> Text:
+        return Text(key=0, deadline=float("inf"), ids=np.ones(tokens, dtype=np.int32))
+
+    def on_the_loop(texts: list[Text]) -> bool:
+        return service.Encoder.on_the_loop(encoder, texts)
+
+    assert on_the_loop([text(service.LOOP_PASS_TOKENS)])
+    assert not on_the_loop([text(service.LOOP_PASS_TOKENS + 1)])
+    assert not on_the_loop([text(4), text(4)])
+    in_progress[0] = 2
+    assert not on_the_loop([text(4)])
+    in_progress[0], encoder.thread.held = 1, 1
+    assert not on_the_loop([text(4)])
+    encoder.thread.held, encoder.loop_passes = 0, False
+    assert not on_the_loop([text(4)])
