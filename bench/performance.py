@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import statistics
 from pathlib import Path
 
 from bench import RESULTS
@@ -132,12 +133,27 @@ def compare(files: dict) -> list[str]:
         ours, ref = d["results"]["this tree"], d["results"][d["ref"]]
         for key, r in ours.items():
             ratio, p50 = f"{d['texts_per_s_ratio'][key]:.2f}x", f"{n(r['p50_ms'], 1)} / {n(ref[key]['p50_ms'], 1)}"
-            rows.append([f"`{name}`", d["ref"], key, n(r["texts_per_s"]), n(ref[key]["texts_per_s"]), ratio, p50])
+            paired = d.get("paired_ratios", {}).get(key)
+            spread = f"{statistics.median(paired):.2f}x ({min(paired):.2f}-{max(paired):.2f})" if paired else "not recorded"
+            rows.append([f"`{name}`", d["ref"], key, n(r["texts_per_s"]), n(ref[key]["texts_per_s"]), ratio, spread, p50])
     return [
-        "This tree and an earlier revision served side by side, in turns (`python -m bench.compare REF`; the best turn of each). "
+        "This tree and an earlier revision served side by side, in turns (`python -m bench.compare REF`; the best turn of each, "
+        "and the median of each turn's ratio with its range where the file records them). "
         "Points: `1x-c64` is 1 text/request at c=64, `32x-c8` 32 texts/request at c=8.",
         "",
-        *table(["result file", "reference", "point", "this tree texts/s", "reference texts/s", "ratio", "p50 ms, this / reference"], rows),
+        *table(
+            [
+                "result file",
+                "reference",
+                "point",
+                "this tree texts/s",
+                "reference texts/s",
+                "ratio, best turns",
+                "ratio, median of the turns",
+                "p50 ms, this / reference",
+            ],
+            rows,
+        ),
     ]
 
 
