@@ -21,6 +21,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import reduce
 from pathlib import Path
 
 import bentoml
@@ -109,20 +110,23 @@ def main() -> None:
                 "this tree": (ROOT, import_default(ROOT, "compare-this")),
                 args.ref: (ref_tree, import_default(ref_tree, "compare-ref")),
             }
-            best: dict[str, dict[str, dict]] = {name: {} for name in trees}
             rounds: dict[str, list[dict[str, dict]]] = {name: [] for name in trees}
             for _ in range(args.rounds):
                 for name, (tree, tag) in trees.items():
                     rounds[name].append(measure(tree, tag, args.seconds, points))
-                    for point, row in rounds[name][-1].items():
-                        best[name][point] = better(best[name].get(point), row)
                     print(
-                        name, {point: (row["texts_per_s"], row["p50_ms"], row["errors"]) for point, row in best[name].items()}, flush=True
+                        name,
+                        {point: (row["texts_per_s"], row["p50_ms"], row["errors"]) for point, row in rounds[name][-1].items()},
+                        flush=True,
                     )
         finally:
             for _, tag in trees.values():  # a new version per run otherwise: ~270 MB each, left in the store
                 bentoml.models.delete(tag)
-    ratio = lambda ours, theirs, point: round(ours[point]["texts_per_s"] / theirs[point]["texts_per_s"], 2)
+    best = {name: {point: reduce(better, (one[point] for one in measured)) for point in measured[0]} for name, measured in rounds.items()}
+
+    def ratio(ours: dict, theirs: dict, point: str) -> float:
+        return round(ours[point]["texts_per_s"] / theirs[point]["texts_per_s"], 2)
+
     ratios = {point: ratio(best["this tree"], best[args.ref], point) for point in best[args.ref]}
     paired = {point: [ratio(ours, theirs, point) for ours, theirs in zip(rounds["this tree"], rounds[args.ref])] for point in ratios}
     report = {
