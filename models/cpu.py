@@ -8,11 +8,18 @@ int16 before multiplying (``vpmaddwd``) and are exact on every x86 class, at hal
 VNNI u8×s8 kernel (docs/design.md, 5b). ARM64 kernels (NEON ``udot``/``sdot``, i8mm, or widening
 multiplies without them) accumulate in int32 on every class. Measured: AVX2 only (emulated) and
 AVX-512 VNNI + AMX (native); reasoned from the kernels: AVX-512 without VNNI, ARM64.
+
+On x86 the flags are asked of the CPU itself with ``cpuid``, as ONNX Runtime asks, and kept where
+the kernel lists them too (it leaves out what the OS does not enable). ``/proc/cpuinfo`` alone can
+disagree with ``cpuid``: under an emulator such as ``qemu-x86_64 -cpu Haswell`` (``make
+test-avx2``) it shows the host's flags while every library sees the emulated CPU.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import mmap
 import platform
 from pathlib import Path
 
@@ -20,6 +27,45 @@ from pathlib import Path
 CLASS_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "avx512_bf16", "amx_bf16", "asimddp", "i8mm")
 INT32_ACCUMULATION = {"avx512_vnni", "avx_vnni", "amx_int8"}
 BF16_UNITS = {"avx512_bf16", "amx_bf16"}  # bf16 dot products in hardware: OpenVINO computes in bf16 there
+
+
+# cpuid leaf 7 (subleaf, register, bit) of each x86 class flag (Intel SDM vol. 2A, CPUID).
+CPUID_LEAF_7 = {
+    "avx2": (0, 1, 5),
+    "avx512f": (0, 1, 16),
+    "avx512_vnni": (0, 2, 11),
+    "amx_bf16": (0, 3, 22),
+    "amx_int8": (0, 3, 25),
+    "avx_vnni": (1, 0, 4),
+    "avx512_bf16": (1, 0, 5),
+}
+# x86-64 (System V): cpuid(leaf=edi, subleaf=esi) → eax, ebx, ecx, edx written to [rdx]; rbx saved.
+CPUID_CODE = bytes.fromhex("53 4989d0 89f8 89f1 0fa2 418900 41895804 41894808 4189500c 5b c3")
+
+
+def cpuid_flags() -> set[str] | None:
+    """The x86 class flags this CPU reports to ``cpuid``; None off x86-64 or where code cannot be made executable."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    except (OSError, AttributeError):  # W^X policies (SELinux execmem), or no mmap.PROT_EXEC (Windows)
+        return None
+    with page:
+        page.write(CPUID_CODE)
+        registers = ctypes.c_uint32 * 4
+        call = ctypes.CFUNCTYPE(None, ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(registers))
+        function = call(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+
+        def cpuid(leaf: int, subleaf: int) -> tuple[int, ...]:
+            out = registers()
+            function(leaf, subleaf, ctypes.byref(out))
+            return tuple(out)
+
+        if cpuid(0, 0)[0] < 7:  # no leaf 7: none of these
+            return set()
+        leaf_7 = {subleaf: cpuid(7, subleaf) for subleaf in (0, 1)}
+    return {flag for flag, (subleaf, register, bit) in CPUID_LEAF_7.items() if leaf_7[subleaf][register] >> bit & 1}
 
 
 @functools.cache
@@ -33,6 +79,8 @@ def cpu() -> dict:
             model = model or value
         elif key in ("flags", "Features"):
             flags |= set(value.split())
+    if (asked := cpuid_flags()) is not None:
+        flags = {flag for flag in flags if flag not in CPUID_LEAF_7 or flag in asked}
     return {
         "model": model or platform.processor() or "unknown",
         "machine": platform.machine(),

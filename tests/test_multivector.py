@@ -155,6 +155,7 @@ def lean(rows: np.ndarray) -> np.ndarray:
     return rows / np.linalg.norm(rows, axis=-1, keepdims=True)
 
 
+@pytest.mark.int8
 def test_auto_serves_int8_through_the_maxsim_gate(colbert_tag):
     """int8 passes here; one whose token vectors all lean one way (cosines kept above 0.99, scores
     moved by a few hundredths per query token) is refused by the MaxSim gate and fp32 is served."""

@@ -48,6 +48,7 @@ def damage(graph: Path, matmuls: int = 3) -> None:
     onnx.save(model, str(graph))
 
 
+@pytest.mark.int8
 def test_the_int8_graph_passes_the_check_here(embed_tag: str):
     stored = bentoml.models.get(embed_tag)
     _, (int8, *_), _ = self_checked(stored.path, ModelSpec.of(stored), 2)
@@ -56,6 +57,7 @@ def test_the_int8_graph_passes_the_check_here(embed_tag: str):
     assert int8.precision == (onnx_backend.SIGNED if cpu.signed_int8_is_exact() else onnx_backend.UNSIGNED)
 
 
+@pytest.mark.int8
 def test_a_damaged_int8_graph_is_caught_and_never_served(embed_tag: str, tmp_path: Path, caplog, monkeypatch):
     directory, spec = model_copy(embed_tag, tmp_path / "damaged")
     damage(onnx_dir(directory) / INT8)
@@ -104,9 +106,11 @@ def test_auto_serves_the_fastest_that_passed_with_a_margin_for_the_default(fp32,
     )
 
 
+@pytest.mark.int8
 def test_when_the_flags_promise_exact_u8s8_kernels_but_the_check_fails_uint8_weights_are_tried(embed_tag: str, monkeypatch):
-    """What qemu showed (bench/results/cpu-classes.json): /proc/cpuinfo said VNNI, cpuid said AVX2,
-    the u8×s8 kernels saturated (min cosine 0.873); here the u8×s8 check is made to fail."""
+    """Flags that promise VNNI on a CPU whose kernels saturate (as /proc/cpuinfo does under qemu-user,
+    which is why ``models.cpu`` asks cpuid: bench/results/cpu-classes.json, min cosine 0.873) cost
+    no accuracy: the check catches it. Here the u8×s8 check is made to fail."""
     check = models.backends.self_check
 
     def saturating(candidate, *args):
@@ -120,6 +124,7 @@ def test_when_the_flags_promise_exact_u8s8_kernels_but_the_check_fails_uint8_wei
     assert (int8.name, int8.precision, int8.fidelity.passed) == ("onnx-int8", onnx_backend.UNSIGNED, True)
 
 
+@pytest.mark.int8
 def test_unsigned_weights_compute_the_same_int8_arithmetic(embed_tag: str, monkeypatch):
     """The u8×u8 graph (what a CPU without VNNI serves) passes the gates against fp32 here, and on a
     CPU whose u8×s8 kernels are exact it equals the stored graph: the same integers, multiplied."""

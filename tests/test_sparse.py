@@ -74,6 +74,7 @@ def test_the_graph_pools_inside_so_only_rows_of_the_vocabulary_leave_it(tiny_mlm
     assert (output.name, dims) == ("sparse_embedding", ["batch", 30522])
 
 
+@pytest.mark.int8
 def test_the_int8_graph_is_a_candidate_only_through_the_flip_gate(tiny_mlm, tmp_path):
     """The stored int8 graph passes here; one that also drops the small weights holding 1% of each
     text's L1 mass stays within the cosine gates, which is why sparse models have a gate of their own."""
