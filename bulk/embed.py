@@ -8,7 +8,8 @@ length-sorted forward passes under the token budget (``models.inference.run_batc
 Matryoshka cut. What the server adds per request (HTTP, the hop, batching across clients) is not
 paid here. The input is read a window at a time; while one window runs through the model the next
 one is tokenized (the Rust tokenizer uses every core). Stopped at any moment (Ctrl-C, a crash, a
-kill), the same command resumes after the last finished part (``bulk/corpus.py``).
+kill), the same command resumes after the last finished part (``bulk/corpus.py``); a run whose job
+differs (the input replaced, another model version, backend or precision, another option) is refused there.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from models.spec import ModelSpec
 from models.tokenization import Encoded
 from serving.settings import settings
 
-from .corpus import Output, Row, count_rows, input_format, job_spec, rows, summary
+from .corpus import Output, Row, count_rows, fingerprint, first_id_type, input_format, job_spec, reason_kind, records, rows, summary
 from .embedder import VECTOR_TYPES, Embedder, vector_type_problem
 
 logger = logging.getLogger("textbento.bulk")
@@ -54,13 +55,21 @@ def checked_prompt(tag: object, spec: ModelSpec, prompt_name: str | None, dimens
     return prompt
 
 
+def stored(tag: str) -> bentoml.Model:
+    """The model ``tag`` names in the BentoML store; else SystemExit naming why."""
+    try:
+        return bentoml.models.get(tag)
+    except (bentoml.exceptions.BentoMLException, ValueError) as error:
+        raise SystemExit(f"--model {tag}: {error}") from None
+
+
 class Job(Embedder):
     """The stored embedder named by its store tag, its options checked, ready on this machine's cores."""
 
     def __init__(
         self, tag: str, backend: str, prompt_name: str | None, dimensions: int | None, truncate: bool, vector_type: str = "float32"
     ) -> None:
-        self.model = bentoml.models.get(tag)
+        self.model = stored(tag)
         prompt = checked_prompt(self.model.tag, ModelSpec.of(self.model), prompt_name, dimensions)
         if problem := vector_type_problem(vector_type, load_ranges(self.model.path), dimensions):
             raise SystemExit(problem)
@@ -85,16 +94,18 @@ def run(job: Job, output: Output, input_path: Path, text_field: str, id_field: s
     reasons: Counter[str] = Counter()
     embedded = 0
     progress = tqdm(total=total, initial=skip, unit="text", dynamic_ncols=True, disable=None, smoothing=0.1)
+    id_type, max_chars = output.job["id_type"], output.job["max_chars"]
     with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as tokenizer:
-        chunks = windows(rows(input_path, text_field, id_field, skip), window)
+        chunks = windows(rows(input_path, text_field, id_field, skip, id_type, max_chars), window)
         ahead = tokenizer.submit(job.prepared, chunks)
         while (prepared := ahead.result()) is not None:
             current, texts, encoded, refused = prepared
             ahead = tokenizer.submit(job.prepared, chunks)  # the next window tokenizes while this one computes
-            vectors = job.vectors(encoded)
+            texts, encoded, vectors, not_finite = job.embedded(texts, encoded)
+            refused = sorted(refused + not_finite, key=lambda row: row.number)
             span = (current[0].number, current[-1].number + 1)
             output.write([row.id for row in texts], vectors, [e.tokens for e in encoded], refused, span, job.metadata)
-            reasons.update(row.problem.split(":")[0] for row in refused)
+            reasons.update(reason_kind(row.problem) for row in refused)
             embedded += len(texts)
             progress.update(len(current))
     progress.close()
@@ -103,10 +114,10 @@ def run(job: Job, output: Output, input_path: Path, text_field: str, id_field: s
     return done
 
 
-def dry_run(job: Job, input_path: Path, text_field: str, id_field: str | None) -> dict:
+def dry_run(job: Job, input_path: Path, text_field: str, id_field: str | None, max_chars: int) -> dict:
     """The plan: rows, an estimate of the time from the first texts embedded here, and the output's size."""
     total = count_rows(input_path)
-    sample = list(itertools.islice(rows(input_path, text_field, id_field), DRY_RUN_TEXTS))
+    sample = list(itertools.islice(rows(input_path, text_field, id_field, max_chars=max_chars), DRY_RUN_TEXTS))
     _, encoded, _ = job.tokenized(sample)
     rate = job.rate(encoded)
     return {
@@ -120,34 +131,83 @@ def dry_run(job: Job, input_path: Path, text_field: str, id_field: str | None) -
     }
 
 
+def positive(value: str) -> int:
+    """An argument that counts something: a whole number, 1 or more."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{number}: must be 1 or more")
+    return number
+
+
+def field_name(value: str) -> str:
+    """An argument that names a field of the input."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("a field's name must not be empty")
+    return value
+
+
+def job_of(
+    args: argparse.Namespace, source: str, input_fingerprint: dict, model: str, prompt: str, computes: tuple[str, str], id_type: str
+) -> dict:
+    """The job's identity, as its manifest records it (``bulk.corpus.job_spec``): the input (``source``, its
+    fingerprint), the model's tag with its version, the prompt, what computes it (the backend and precision
+    ``--backend`` chose), the id type and every option that changes a vector or a row's fate."""
+    backend, precision = computes
+    return job_spec(
+        source,
+        args.text_field,
+        args.id_field,
+        model,
+        prompt,
+        input_fingerprint=input_fingerprint,
+        backend=backend,
+        precision=precision,
+        id_type=id_type,
+        dimensions=args.dimensions,
+        vector_type=args.vector_type,
+        truncate=not args.no_truncate,
+        max_chars=args.max_chars,
+        window=args.window,
+    )
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m bulk.embed", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="text-model:latest", help="BentoML store tag of an embedder")
     parser.add_argument("--input", required=True, type=Path, help=".jsonl, .csv or .parquet")
-    parser.add_argument("--text-field", default="text")
-    parser.add_argument("--id-field", help="default: the row's number in the input")
+    parser.add_argument("--text-field", default="text", type=field_name)
+    parser.add_argument("--id-field", type=field_name, help="default: the row's number in the input")
     parser.add_argument("--output", required=True, type=Path, help="directory: Parquet parts, rejects, manifest.json")
     parser.add_argument("--backend", default=settings.backend, choices=BACKENDS)
     parser.add_argument("--prompt-name", help="one of the model's prompts; default: its default prompt, if any")
-    parser.add_argument("--dimensions", type=int, help="Matryoshka: the first N dimensions, renormalized")
+    parser.add_argument("--dimensions", type=positive, help="Matryoshka: the first N dimensions, renormalized")
     parser.add_argument(
         "--vector-type", default="float32", choices=VECTOR_TYPES, help="the vector column's type, as the server's encoding_format"
     )
     parser.add_argument("--no-truncate", action="store_true", help="reject texts past the model's limit instead of cutting them")
-    parser.add_argument("--window", type=int, default=8192, help="rows read, tokenized and written (one part) at a time")
+    parser.add_argument(
+        "--max-chars", type=positive, default=settings.max_chars, help="reject longer texts (default: TEXTBENTO_MAX_CHARS, as the server)"
+    )
+    parser.add_argument("--window", type=positive, default=8192, help="rows read, tokenized and written (one part) at a time")
     parser.add_argument("--dry-run", action="store_true", help="show the plan and a measured estimate; write nothing")
     args = parser.parse_args(argv)
     if not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file")
     input_format(args.input)  # an unknown one is refused before the model loads
+    if args.output.exists() and not args.output.is_dir():
+        raise SystemExit(f"{args.output}: not a directory; --output names the job's directory")
     job = Job(args.model, args.backend, args.prompt_name, args.dimensions, not args.no_truncate, args.vector_type)
     if args.dry_run:
-        plan = dry_run(job, args.input, args.text_field, args.id_field)
+        plan = dry_run(job, args.input, args.text_field, args.id_field, args.max_chars)
         print(json.dumps(plan, indent=1))
         return plan
-    options = {"dimensions": args.dimensions, "vector_type": args.vector_type, "truncate": not args.no_truncate, "window": args.window}
-    spec = job_spec(str(args.input.resolve()), args.text_field, args.id_field, str(job.model.tag), job.prompt, **options)
-    output = Output.open(args.output, spec)
+    id_type = first_id_type(records(args.input, [args.text_field, args.id_field], args.max_chars), args.id_field)
+    computes = (job.backend.name, job.backend.precision)
+    identity = job_of(args, str(args.input.resolve()), fingerprint(args.input), str(job.model.tag), job.prompt, computes, id_type)
+    output = Output.open(args.output, identity)
     result = run(job, output, args.input, args.text_field, args.id_field, args.window)
     print(json.dumps(result, indent=1), file=sys.stderr)
     return result

@@ -26,6 +26,7 @@ from .corpus import Row
 # The vector column's types: float32, or a compact type the server also answers (``encoding_format``):
 # int8/uint8 on the ranges stored with the model at import, or the signs as packed bits.
 VECTOR_TYPES = ("float32", *SCALES, "binary", "ubinary")
+NOT_FINITE = "the model's vector is not finite (NaN or infinity)"
 
 
 def stored_model(directory: str | Path) -> tuple[str, ModelSpec]:
@@ -92,10 +93,10 @@ class Embedder:
         return dimensions if self.vector_type in SCALES else -(-dimensions // 8)  # packed bits: 8 to a byte
 
     def tokenized(self, window: list[Row]) -> tuple[list[Row], list[Encoded], list[Row]]:
-        """(rows to embed, their tokens, rows refused): past the model's limit is refused when truncation is off."""
-        texts = [row for row in window if row.problem is None]
-        encoded = self.tokenizer.encode([self.prompt + row.text for row in texts])
-        refused = [row for row in window if row.problem is not None]
+        """(rows to embed, their tokens, rows refused): past the model's limit is refused when truncation is off,
+        and a text the tokenizer refuses is refused with its reason."""
+        texts, encoded, refused = self.encoded([row for row in window if row.problem is None])
+        refused += [row for row in window if row.problem is not None]
         if not self.truncate:
             long = {index for index, e in enumerate(encoded) if e.truncated}
             limit = f"longer than the model's {self.spec.max_length} tokens (truncation is off)"
@@ -104,12 +105,44 @@ class Embedder:
             encoded = [e for index, e in enumerate(encoded) if index not in long]
         return texts, encoded, sorted(refused, key=lambda row: row.number)
 
+    def encoded(self, texts: list[Row]) -> tuple[list[Row], list[Encoded], list[Row]]:
+        """(rows, their tokens, rows refused): the texts in one call to the tokenizer; should it refuse the call,
+        each text alone, and the ones it refuses with its reason (``checked`` leaves none it is known to refuse)."""
+        try:
+            return texts, self.tokenizer.encode([self.prompt + row.text for row in texts]), []
+        except Exception:  # any error: which text caused it, and why, is found next
+            pass
+        kept, encoded, refused = [], [], []
+        for row in texts:
+            try:
+                encoded += self.tokenizer.encode([self.prompt + row.text])
+                kept.append(row)
+            except Exception as error:  # any error: the row is rejected with it
+                refused.append(Row(row.number, row.id, None, f"the tokenizer refused it: {error}"))
+        return kept, encoded, refused
+
     def vectors(self, encoded: list[Encoded]) -> np.ndarray:
         """One row per text: the length-sorted passes under the token budget (``run_window``), the Matryoshka cut, as ``vector_type``."""
+        return self.typed(self.float_vectors(encoded))
+
+    def embedded(self, texts: list[Row], encoded: list[Encoded]) -> tuple[list[Row], list[Encoded], np.ndarray, list[Row]]:
+        """(rows, their tokens, their vectors as ``vector_type``, rows refused): a row whose vector is not finite
+        (NaN or infinity) is refused, never written."""
+        floats = self.float_vectors(encoded)
+        finite = np.isfinite(floats).all(axis=1)
+        if finite.all():
+            return texts, encoded, self.typed(floats), []
+        refused = [Row(row.number, row.id, None, NOT_FINITE) for row, kept in zip(texts, finite, strict=True) if not kept]
+        texts = [row for row, kept in zip(texts, finite, strict=True) if kept]
+        encoded = [e for e, kept in zip(encoded, finite, strict=True) if kept]
+        return texts, encoded, self.typed(floats[finite]), refused
+
+    def float_vectors(self, encoded: list[Encoded]) -> np.ndarray:
+        """float32 rows, one per text: the length-sorted passes under the token budget (``run_window``), the Matryoshka cut."""
         if not encoded:
-            return self.typed(np.empty((0, self.dimensions or self.spec.dimensions), np.float32))
+            return np.empty((0, self.dimensions or self.spec.dimensions), np.float32)
         rows = run_window(self.backend, [e.ids for e in encoded], self.spec.pad_id, self.token_budget)
-        return self.typed(np.stack([truncate_dimensions(row, self.dimensions, self.spec.normalize) for row in rows]).astype(np.float32))
+        return np.stack([truncate_dimensions(row, self.dimensions, self.spec.normalize) for row in rows]).astype(np.float32)
 
     def rate(self, encoded: list[Encoded]) -> float | None:
         """Texts/s of ``vectors`` on ``encoded`` here, after a warm-up (the first pass is the slowest): what a dry run estimates from."""

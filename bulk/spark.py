@@ -7,7 +7,10 @@ and reasons); every window of ``--window`` rows becomes one Spark partition, whi
 Python worker embeds with ``bulk.embedder`` and writes as that window's part and rejects, atomically,
 into the output directory (shared by the executors). The driver then writes the manifest: the same
 files as ``bulk.embed`` writes, part for part. A directory whose manifest lists finished parts of
-the same job is resumed after them, whichever of the two wrote them.
+the same job is resumed after them, whichever of the two wrote them. The job names the backend and
+precision one executor chose before any window runs (``served``); an executor that would compute
+otherwise (``auto`` or the int8 kernels choosing differently on another CPU class) fails its task
+rather than write a part of another computation.
 
 ``embed_texts`` is the same model on any DataFrame with a text column: three columns more, through
 ``mapInArrow``. On both paths each Python worker loads the model once (``Model.embedder``, a cache
@@ -30,7 +33,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,7 +42,7 @@ from models.backends import BACKENDS
 from models.calibration import load_ranges
 from models.onnx_layout import has_onnx
 
-from .corpus import Output, Row, checked, input_format, job_spec, parsed, summary, write_part
+from .corpus import Output, Row, checked, fingerprint, id_kind, id_problem, input_format, parsed, reason_kind, summary, write_part
 from .corpus import records as corpus_records
 from .embedder import VECTOR_TYPES, Embedder, stored_model, vector_type_problem
 
@@ -55,7 +58,8 @@ class Model:
     unpacked on each executor where ``SparkFiles.get`` finds it. ``threads``: the backend's CPU
     threads, by default ``spark.task.cpus`` (the cores Spark gives each task). ``token_budget``: the
     driver's ``TEXTBENTO_TOKEN_BUDGET``, so that every executor cuts its passes as ``bulk.embed`` there would.
-    ``vector_type``: one of ``bulk.embedder.VECTOR_TYPES``, checked on the driver.
+    ``vector_type``: one of ``bulk.embedder.VECTOR_TYPES``, checked on the driver. ``computes``: the backend
+    and precision the job's parts are written with (``served``); None where any will do.
     """
 
     directory: str
@@ -67,6 +71,7 @@ class Model:
     token_budget: int
     threads: int | None = None
     vector_type: str = "float32"
+    computes: tuple[str, str] | None = None
 
     def embedder(self) -> Embedder:
         """This process's embedder: the model loaded by the first call for its directory, backend and threads, kept after."""
@@ -92,9 +97,9 @@ def model_directory(model: str) -> Path:
     store's for that tag."""
     if (Path(model) / "model.yaml").is_file():
         return Path(model)
-    import bentoml
+    from .embed import stored
 
-    return Path(bentoml.models.get(model).path)
+    return Path(stored(model).path)
 
 
 def prepared(
@@ -182,7 +187,8 @@ def embedded_batches(batches: Iterable[pa.RecordBatch], model: Model, text_colum
             checked(index, {text_column: text}, text_column, None) for index, text in enumerate(batch.column(text_column).to_pylist())
         ]
         texts, encoded, refused = job.tokenized(window)
-        vectors = job.vectors(encoded)
+        texts, encoded, vectors, not_finite = job.embedded(texts, encoded)
+        refused += not_finite
         lengths = [0] * batch.num_rows
         tokens: list[int | None] = [None] * batch.num_rows
         reasons: list[str | None] = [None] * batch.num_rows
@@ -197,30 +203,51 @@ def embedded_batches(batches: Iterable[pa.RecordBatch], model: Model, text_colum
         yield pa.RecordBatch.from_arrays(columns, [*batch.schema.names, "vector", "tokens", "reason"])
 
 
-def numbered(spark, source: str, text_field: str, id_field: str | None):
+def read(spark, source: str, fields: list[str], max_chars: int | None = None):
+    """The input's records as ``bulk.corpus.records`` reads them (an RDD of dicts and reasons, in order) and
+    the RDD whose splits are counted to number them.
+
+    JSON Lines are read as lines of bytes (Spark's text reader keeps them as they are; ``textFile`` would
+    read an undecodable byte as U+FFFD) and decoded and parsed here, as ``bulk.corpus`` decodes and parses
+    them. ``source``: a path, or for JSON Lines and Parquet any URI Spark reads (hdfs://, s3a://...).
+    """
+    kind = input_format(Path(source))
+    if kind == "jsonl":
+        lines = spark.read.text(source).selectExpr("CAST(value AS BINARY)").rdd
+        counted = lines.map(lambda line: bytes(line[0]).decode("utf-8", "surrogateescape")).filter(str.strip)
+        return counted, counted.map(parsed)
+    if kind == "csv":  # one task reads it with bulk.corpus: Spark's reader cannot tell an empty field from a missing one
+        records = spark.sparkContext.parallelize([source], 1).flatMap(lambda path: corpus_records(Path(path), fields, max_chars))
+        return records, records
+    frame = spark.read.parquet(source)
+    frame = frame.select(*[f"`{name}`" for name in fields if name in frame.columns])
+    records = frame.rdd.map(lambda record: record.asDict())
+    return records, records
+
+
+def first_id_type(records, id_field: str | None) -> str:
+    """``bulk.corpus.first_id_type`` on Spark's records: Spark reads the splits in order until it finds one."""
+    if id_field is None:
+        return "int"
+    kinds = records.filter(lambda record: isinstance(record, dict) and id_problem(record.get(id_field), id_field, None) is None)
+    found = kinds.map(lambda record: id_kind(record[id_field])).take(1)
+    return found[0] if found else "str"
+
+
+def numbered(spark, source: str, text_field: str, id_field: str | None, id_type: str | None = None, max_chars: int | None = None):
     """The input's rows as ``bulk.corpus.rows`` reads them, numbered across Spark's partitions of it:
     an RDD of (number, (number, id as JSON, text, reason)), and the number of rows.
 
     Spark reads the file in splits, in order; each split's rows are counted first, so that every split
-    knows the number its first row has. JSON Lines are read as lines and parsed here, as ``bulk.corpus`` parses
-    them. ``source``: a path, or for JSON Lines and Parquet any URI Spark reads (hdfs://, s3a://...).
+    knows the number its first row has.
     """
-    kind, fields = input_format(Path(source)), [text_field, *([id_field] if id_field else [])]
-    if kind == "jsonl":
-        counted = spark.sparkContext.textFile(source).filter(str.strip)
-        records = counted.map(parsed)
-    elif kind == "csv":  # one task reads it with bulk.corpus: Spark's reader cannot tell an empty field from a missing one
-        counted = records = spark.sparkContext.parallelize([source], 1).flatMap(lambda path: corpus_records(Path(path), fields))
-    else:
-        frame = spark.read.parquet(source)
-        frame = frame.select(*[f"`{name}`" for name in fields if name in frame.columns])
-        counted = records = frame.rdd.map(lambda record: record.asDict())
+    counted, records = read(spark, source, [text_field, *([id_field] if id_field else [])], max_chars)
     counts = counted.mapPartitions(lambda split: [sum(1 for _ in split)]).collect()
     starts = [sum(counts[:split]) for split in range(len(counts))]
 
     def rows(split: int, records: Iterator[dict | str]) -> Iterator[tuple[int, tuple]]:
         for number, record in enumerate(records, starts[split]):
-            row = checked(number, record, text_field, id_field)
+            row = checked(number, record, text_field, id_field, id_type, max_chars)
             yield number, (number, json.dumps(row.id, default=str), row.text, row.problem)
 
     return records.mapPartitionsWithIndex(rows), sum(counts)
@@ -231,14 +258,21 @@ def as_rows(keyed: Iterable[tuple[int, tuple]]) -> list[Row]:
     return [Row(number, json.loads(row_id), text, reason) for _, (number, row_id, text, reason) in keyed]
 
 
-def written(window_rows: Iterable[tuple[int, tuple]], model: Model, directory: str, window: int) -> Iterator[dict]:
+def written(window_rows: Iterable[tuple[int, tuple]], model: Model, directory: str, window: int, id_type: str) -> Iterator[dict]:
     """One window (a partition) embedded and written as its part and rejects: the manifest's entry for them."""
     window_rows = as_rows(window_rows)
     if not window_rows:
         return
     job = model.embedder()
+    here = (job.backend.name, job.backend.precision)
+    if model.computes and here != model.computes:
+        raise RuntimeError(
+            f"this executor computes with {' '.join(here)}, the job with {' '.join(model.computes)}: its part would mix two "
+            "computations in one output. Run on executors of one CPU class, or name a backend that computes the same on each"
+        )
     texts, encoded, refused = job.tokenized(window_rows)
-    vectors = job.vectors(encoded)
+    texts, encoded, vectors, not_finite = job.embedded(texts, encoded)
+    refused = sorted(refused + not_finite, key=lambda row: row.number)
     first, last = window_rows[0].number, window_rows[-1].number
     entry = write_part(
         Path(directory),
@@ -249,10 +283,27 @@ def written(window_rows: Iterable[tuple[int, tuple]], model: Model, directory: s
         refused,
         (first, last + 1),
         job.metadata,
+        id_type,
     )
-    reasons = Counter(row.problem.split(":")[0] for row in refused)
+    reasons = Counter(reason_kind(row.problem) for row in refused)
     pid, rss = os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     yield {"entry": entry, "reasons": dict(reasons), "pid": pid, "loads": LOADS[pid], "backend": job.metadata, "rss": rss}
+
+
+def served(spark, model: Model) -> Model:
+    """``model`` bound to what one executor computes with (the backend and precision ``--backend`` chose
+    there), which every window's task then checks for (``written``)."""
+    (ran,) = spark.sparkContext.parallelize([0], 1).mapPartitions(lambda _: [model.embedder().metadata]).collect()
+    return replace(model, computes=(ran["backend"], ran["precision"]))
+
+
+def input_fingerprint(spark, source: str) -> dict:
+    """``bulk.corpus.fingerprint`` of a path; of a URI, its size and modification time as Hadoop's file system tells them."""
+    if "://" not in source:
+        return fingerprint(Path(source))
+    path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(source)
+    status = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).getFileStatus(path)
+    return {"bytes": status.getLen(), "modified_ms": status.getModificationTime()}
 
 
 def dry_run(spark, model: Model, source: str, text_field: str, id_field: str | None) -> dict:
@@ -288,7 +339,8 @@ def timed(rows: list[Row], model: Model) -> dict:
 def run(spark, model: Model, output: Output, source: str, text_field: str, id_field: str | None, window: int, **noted: float) -> dict:
     """Every window after the finished parts, embedded and written by the executors; the manifest; the summary."""
     started, skip = time.perf_counter(), output.rows_done
-    keyed, total = numbered(spark, source, text_field, id_field)
+    id_type, max_chars = output.job["id_type"], output.job["max_chars"]
+    keyed, total = numbered(spark, source, text_field, id_field, id_type, max_chars)
     first_window, windows = skip // window, -(-total // window) - skip // window
     reports = []
     if windows > 0:
@@ -296,7 +348,7 @@ def run(spark, model: Model, output: Output, source: str, text_field: str, id_fi
             windows, lambda number: number // window - first_window
         )
         directory = str(output.directory.resolve())
-        reports = by_window.mapPartitions(lambda rows: written(rows, model, directory, window)).collect()
+        reports = by_window.mapPartitions(lambda rows: written(rows, model, directory, window, id_type)).collect()
     reports.sort(key=lambda report: report["entry"]["input_rows"][0])
     output.parts += [report["entry"] for report in reports]
     reasons: Counter[str] = Counter()
@@ -341,29 +393,36 @@ def session(master: str | None, app: str = "textbento bulk.spark"):
 def main(argv: list[str] | None = None) -> dict:
     from serving.settings import settings
 
+    from .embed import field_name, job_of, positive
+
     parser = argparse.ArgumentParser(prog="python -m bulk.spark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--master", help="Spark master, e.g. local[2]; default: spark-submit's, else pyspark's local[*]")
     parser.add_argument("--model", default="text-model:latest", help="BentoML store tag, or a stored model's directory")
     parser.add_argument("--ship", choices=("auto", "yes", "no"), default="auto", help="ship the model with the job (auto: unless local)")
     parser.add_argument("--input", required=True, help=".jsonl, .csv or .parquet: a path; for .jsonl and .parquet also a URI Spark reads")
-    parser.add_argument("--text-field", default="text")
-    parser.add_argument("--id-field", help="default: the row's number in the input")
+    parser.add_argument("--text-field", default="text", type=field_name)
+    parser.add_argument("--id-field", type=field_name, help="default: the row's number in the input")
     parser.add_argument("--output", required=True, type=Path, help="directory every executor writes to: parts, rejects, manifest.json")
-    parser.add_argument("--backend", default=settings.backend, choices=BACKENDS, help="chosen on each executor (auto: there)")
-    parser.add_argument("--threads", type=int, help="the backend's threads in each Python worker; default: spark.task.cpus")
+    parser.add_argument("--backend", default=settings.backend, choices=BACKENDS, help="chosen on an executor (auto: there)")
+    parser.add_argument("--threads", type=positive, help="the backend's threads in each Python worker; default: spark.task.cpus")
     parser.add_argument("--prompt-name", help="one of the model's prompts; default: its default prompt, if any")
-    parser.add_argument("--dimensions", type=int, help="Matryoshka: the first N dimensions, renormalized")
+    parser.add_argument("--dimensions", type=positive, help="Matryoshka: the first N dimensions, renormalized")
     parser.add_argument(
         "--vector-type", default="float32", choices=VECTOR_TYPES, help="the vector column's type, as the server's encoding_format"
     )
     parser.add_argument("--no-truncate", action="store_true", help="reject texts past the model's limit instead of cutting them")
-    parser.add_argument("--window", type=int, default=8192, help="rows per Spark partition and per part")
+    parser.add_argument(
+        "--max-chars", type=positive, default=settings.max_chars, help="reject longer texts (default: TEXTBENTO_MAX_CHARS, as the server)"
+    )
+    parser.add_argument("--window", type=positive, default=8192, help="rows per Spark partition and per part")
     parser.add_argument("--dry-run", action="store_true", help="show the plan and a measured estimate; write nothing")
     args = parser.parse_args(argv)
     input_format(Path(args.input))  # an unknown format is refused before Spark starts
     source = args.input if "://" in args.input else str(Path(args.input).resolve())
     if "://" not in source and not Path(source).is_file():
         raise SystemExit(f"{args.input}: no such file")
+    if args.output.exists() and not args.output.is_dir():
+        raise SystemExit(f"{args.output}: not a directory; --output names the job's directory")
     from pyspark.sql import SparkSession
 
     started, running = time.perf_counter(), SparkSession.getActiveSession()
@@ -377,9 +436,13 @@ def main(argv: list[str] | None = None) -> dict:
             plan = dry_run(spark, model, source, args.text_field, args.id_field)
             print(json.dumps(plan, indent=1))
             return plan
+        model = served(spark, model)
         tag, _ = stored_model(model_directory(args.model))
-        options = {"dimensions": args.dimensions, "vector_type": args.vector_type, "truncate": truncate, "window": args.window}
-        output = Output.open(args.output, job_spec(source, args.text_field, args.id_field, tag, model.prompt, **options))
+        _, records = read(spark, source, [args.text_field, *([args.id_field] if args.id_field else [])], args.max_chars)
+        identity = job_of(
+            args, source, input_fingerprint(spark, source), tag, model.prompt, model.computes, first_id_type(records, args.id_field)
+        )
+        output = Output.open(args.output, identity)
         result = run(spark, model, output, source, args.text_field, args.id_field, args.window, session_start_s=round(spark_start_s, 2))
     finally:
         if running is None:  # a session of its own: stopped (one it was given goes on)

@@ -68,13 +68,14 @@ def test_a_jsonl_corpus_gets_bulk_embeds_files_and_each_worker_loads_the_model_o
     good = [{"id": f"doc-{i}", "text": f"{TEXTS[i % 5][:300]} ({i})"} for i in range(30)]
     lines = [json.dumps(row) for row in good[:10]]
     lines += ['{"id": "no-text"}', '{"id": "number", "text": 5}', '{"id": "blank", "text": "  "}', "{not json", "[1, 2]", " \t"]
+    lines += [json.dumps({"id": "surrogate", "text": "a \ud800"}), json.dumps({"id": 7, "text": "an integer id"})]
     lines += [json.dumps({"id": "long", "text": TEXTS[3]})] + [json.dumps(row) for row in good[10:]]
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("\n".join(lines) + "\n")
+    corpus.write_bytes(("\n".join(lines) + "\n").encode().replace(b'"number"', b'"numb\xffr"'))  # one byte UTF-8 cannot decode
 
     single, summary = both(embed_tag, corpus, tmp_path, "--no-truncate")
 
-    assert summary["embedded"] == 30 and summary["rejected"] == 6
+    assert summary["embedded"] == 30 and summary["rejected"] == 8 and summary["rejected_by_reason"]["not UTF-8"] == 1
     # 5 windows, 5 tasks, on at most 2 Python workers, each of which loaded the model once
     assert summary["spark"]["partitions"] == 5 and summary["spark"]["model_loads"] == summary["spark"]["python_workers"] <= 2
 
@@ -108,6 +109,16 @@ def test_it_resumes_after_the_parts_bulk_embed_finished(spark, embed_tag, tmp_pa
     assert summary["resumed_after_rows"] == 16 and summary["embedded"] == 14
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["parts"] == manifest["parts"]
     assert (tmp_path / "out" / "part-00000.parquet").stat().st_mtime_ns == first
+    with pytest.raises(SystemExit, match="another job's output .*backend: onnx-int8 in the manifest, onnx here"):
+        spark_job.main(["--master", "local[2]", "--ship", "yes", *args[:-3], "onnx", *args[-2:]])
+
+
+def test_an_executor_that_would_compute_otherwise_writes_no_part(embed_tag, tmp_path):
+    directory = str(spark_job.model_directory(embed_tag))
+    model = spark_job.Model(directory, False, "onnx-int8", "", None, True, 2048, 1, computes=("onnx-int8", "int8 (other kernels)"))
+    with pytest.raises(RuntimeError, match=r"this executor computes with onnx-int8 int8 \(u8×[su]8\), the job with onnx-int8 int8 \(other"):
+        list(spark_job.written([(0, (0, "0", "a text", None))], model, str(tmp_path), 8, "int"))
+    assert not list(tmp_path.iterdir())
 
 
 def test_embed_texts_adds_vectors_to_a_dataframe(spark, embed_tag):
