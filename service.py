@@ -14,6 +14,7 @@ variables (``serving/settings.py``); ``TEXTBENTO_MODELS`` serves several models 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -26,10 +27,10 @@ from fastapi import FastAPI
 from starlette.responses import Response
 
 from api import cohere_routes, tei_routes
-from api.catalog import Catalog, ServedModel
+from api.catalog import Catalog, ServedModel, shown_source
 from api.compact import by_type, refuse_unservable
-from api.errors import ERROR_RESPONSES, TEI_ROUTES, install_error_handlers
-from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CancelWhenGone, CountAnswers, JsonBodyOnly
+from api.errors import ERROR_RESPONSES, install_error_handlers
+from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CancelWhenGone, CountAnswers, JsonBodyOnly, ReadBodyFirst
 from api.options import prompt_for
 from api.pipeline import Pipeline
 from api.responses import base64_floats, usage
@@ -61,7 +62,7 @@ from serving.dispatch import dispatch_when_free
 from serving.drain import Drain
 from serving.gone import Dropped, Forgetter
 from serving.gpus import gpu_share
-from serving.hop import resend_unanswered
+from serving.hop import LoneCalls, resend_unanswered
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
 from serving.telemetry import forget_dead_processes, telemetry
 from serving.wire import Text, ids_from_wire, rows_to_wire
@@ -91,7 +92,7 @@ class Encoder:
     def __init__(self) -> None:
         self.name = self.model.tag.name
         self.spec = ModelSpec.of(self.model)
-        if self.spec.max_length > settings.token_budget:  # decoders: up to 32,768 tokens unless imported with --max-length
+        if self.spec.max_length > settings.token_budget:  # a decoder's cap, or one raised with --max-length
             logger.warning(
                 "the model reads up to %d tokens per text, past TEXTBENTO_TOKEN_BUDGET (%d): a text that long runs alone, "
                 "in a pass of its own length; import it with --max-length to bound that",
@@ -114,7 +115,9 @@ class Encoder:
         # On SIGTERM, answer the API workers' last calls before stopping (serving/drain.py).
         self.drain = Drain(quiet_s=1.0, longest_s=settings.drain_longest_s)
         self.drain.postpone_sigterm()
-        limit_connections(header_timeout_s=settings.header_timeout_s, keep_alive_s=ENCODER_KEEP_ALIVE_S)
+        limit_connections(
+            header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s, keep_alive_s=ENCODER_KEEP_ALIVE_S
+        )
         telemetry.sample_held(
             {
                 "inference": lambda: self.thread.held,
@@ -197,7 +200,9 @@ def serves_each(encoders: list[bentoml.Service]):
 # BentoML serves the docs (its /docs merges these routes); FastAPI's own would shadow them.
 app = FastAPI(title="textbento", docs_url=None, redoc_url=None, openapi_url=None)
 install_error_handlers(app)
+
 app.add_middleware(AdmissionLimit, limit=settings.max_concurrency * len(ENCODERS))  # and per model: ServedModel.admitted
+app.add_middleware(ReadBodyFirst, timeout_s=settings.body_timeout_s)  # admission counts from the body's end
 app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
 app.add_middleware(JsonBodyOnly)
 app.add_middleware(CountAnswers, routes=lambda: app.openapi()["paths"])  # the declared routes
@@ -223,7 +228,9 @@ class TextBento(Pipeline):
     def __init__(self) -> None:
         if not settings.keys():
             logger.warning("no API key configured (TEXTBENTO_API_KEYS): the API is open to anyone who can reach it")
-        limit_connections(header_timeout_s=settings.header_timeout_s, keep_alive_s=settings.keep_alive_s)
+        limit_connections(
+            header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s, keep_alive_s=settings.keep_alive_s
+        )
         forget_dead_processes()  # a SIGKILLed predecessor's requests in flight (then at each sample, below)
         self.models = Catalog([self.model_at(index) for index in range(len(ENCODERS))])
         telemetry.sample_held(
@@ -240,10 +247,13 @@ class TextBento(Pipeline):
         """The ``index``-th model as this worker serves it: its tokenizer, and its calls to its Encoder,
         shared by concurrent requests (``serving/coalesce.py``)."""
         model = getattr(self, f"model_{index}")
-        spec = ModelSpec.of(model)
+        stored = ModelSpec.of(model)
+        spec = dataclasses.replace(stored, source=shown_source(stored.source))  # what /v1/models and /info show
         # Looked up when first used: the client grows its ``encode`` method only when its connection first opens.
         encoder = lambda: getattr(self, f"encoder_{index}")
-        encode = resend_unanswered(lambda token_ids: encoder().to_async.encode(token_ids), settings.encoder_attempts)
+        encode = resend_unanswered(
+            lambda token_ids: encoder().to_async.encode(token_ids), settings.encoder_attempts, LoneCalls(model.tag.name)
+        )
         return ServedModel(
             name=model.tag.name,
             tag=str(model.tag),
@@ -253,7 +263,7 @@ class TextBento(Pipeline):
             calls=Coalescer(encode, max_items=settings.max_batch_size, in_flight=settings.calls_in_flight),
             encoder=encoder,
             forget=Forgetter(lambda keys: encoder().to_async.forget(keys)),
-            aliases=frozenset({model.tag.name, str(model.tag), spec.source} - {""}),
+            aliases=frozenset({model.tag.name, str(model.tag), stored.source, spec.source} - {""}),
             max_in_flight=settings.max_concurrency,
             ranges=load_ranges(model.path),
             sides=side_tokenizers(model.path, spec),
@@ -320,9 +330,9 @@ class TextBento(Pipeline):
 
 
 if keys := settings.keys():
-    # Every route that runs a model; the probes stay open, and /metrics unless told otherwise.
-    prefixes = ("/v1/", "/v2/", "/api/") if settings.metrics_public else ("/v1/", "/v2/", "/api/", "/metrics")
-    TextBento.add_asgi_middleware(BearerAuth, keys=keys, prefixes=prefixes, paths=TEI_ROUTES)
+    # Every path (the docs and the schema too) but the probes, and /metrics unless told otherwise.
+    open_paths = ("/livez", "/healthz", "/readyz", *(("/metrics",) if settings.metrics_public else ()))
+    TextBento.add_asgi_middleware(BearerAuth, keys=keys, open_paths=open_paths)
 
 
 def card(model: ServedModel, device: dict[str, Any]) -> ModelCard:
@@ -335,6 +345,7 @@ def card(model: ServedModel, device: dict[str, Any]) -> ModelCard:
         task=spec.task,
         labels=list(spec.labels),
         max_length=spec.max_length,
+        model_max_length=spec.model_max_length,
         dimensions=spec.dimensions,
         pooling=spec.pooling if spec.task == "embed" else None,
         prompts=spec.prompts,

@@ -88,6 +88,14 @@ class ServedModel:
         return repr(self.spec.task)
 
 
+def shown_source(source: str) -> str:
+    """A model's source as clients see it: a Hub id (``org/name``) as it is, a local directory by its name
+    only, so that no path of the machine it was imported on is shown."""
+    if source.startswith(("/", "~", ".")) or source.count("/") > 1:
+        return source.rstrip("/").rpartition("/")[2]
+    return source
+
+
 class Catalog(Sequence[ServedModel]):
     """The served models in their configured order."""
 

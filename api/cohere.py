@@ -13,11 +13,11 @@ without them, or asked for fewer dimensions, is refused them (400).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, Field
 
-from .types import EmbeddingType, Request, Text
+from .types import EmbeddingType, Request, TextList, Unicode
 
 InputType = Literal["search_document", "search_query", "classification", "clustering"]
 # The sentence-transformers prompt names each Cohere input type maps to, the first the model has.
@@ -32,10 +32,10 @@ PROMPT_NAMES: dict[str, tuple[str, ...]] = {
 class EmbedRequest(Request):
     """``POST /v2/embed``."""
 
-    texts: Annotated[list[Text], Field(min_length=1)]
-    model: str | None = None
+    texts: TextList
+    model: Unicode | None = None
     input_type: InputType | None = Field(None, description="the role of the texts: picks the model's prompt for it")
-    embedding_types: Annotated[list[EmbeddingType], Field(min_length=1)] = ["float"]
+    embedding_types: Annotated[list[EmbeddingType], Field(min_length=1, max_length=len(get_args(EmbeddingType)))] = ["float"]
     output_dimension: Annotated[int, Field(ge=1)] | None = Field(None, description="fewer dimensions (Matryoshka models)")
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     truncate: Literal["NONE", "START", "END"] = Field("END", description="NONE: texts past the model's limit are refused (413)")

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from serving.coalesce import ItemFailed
 from serving.telemetry import telemetry
 
 logger = logging.getLogger("textbento")
@@ -56,7 +57,9 @@ ERRORS = {
     413: "too many or too long inputs, or body too large",
     415: "body is not application/json",
     422: "invalid JSON or invalid fields",
+    408: "request body not received within the body timeout",
     429: "too many requests in flight (Retry-After)",
+    500: "the model failed on an input, or answered a number that is not finite",
     503: "runner overloaded or unavailable (Retry-After)",
     504: "not answered within the timeout (Retry-After)",
 }
@@ -136,6 +139,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_dependency(request: Request, exc: BentoMLException) -> JSONResponse:
         return error_response(_from_dependency(exc), request.url.path)
 
+    async def on_failed_text(request: Request, failed: ItemFailed) -> JSONResponse:
+        # A text the Encoder died computing, alone too (serving/hop.py): only the request that carried it fails.
+        message = f"the model failed on text {failed.index} of this request ({failed.reason}); sent again, it would fail again"
+        return error_response(APIError(500, "model_failed", message), request.url.path)
+
     async def on_runner_unreachable(request: Request, exc: aiohttp.ClientError) -> JSONResponse:
         logger.error("model runner unreachable: %r", exc)
         error = APIError(503, "runner_unavailable", "the model runner is unavailable; retry shortly", retry_after=1)
@@ -147,6 +155,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(APIError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(ItemFailed, on_failed_text)
     app.add_exception_handler(HTTPException, on_http)
     app.add_exception_handler(BentoMLException, on_dependency)
     app.add_exception_handler(aiohttp.ClientError, on_runner_unreachable)

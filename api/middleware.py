@@ -6,6 +6,7 @@ import asyncio
 import hmac
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from functools import cached_property
 
@@ -30,18 +31,19 @@ def header(scope: Scope, name: bytes) -> str:
 
 
 class BearerAuth:
-    """``Authorization: Bearer <key>`` on the protected paths (``prefixes``, and ``paths`` exactly); 401 otherwise.
+    """``Authorization: Bearer <key>`` on every path but ``open_paths`` (the probes): the docs, the schema
+    and paths no route answers included, so that a route added later is never open by omission; 401 otherwise.
 
     Keys are compared with ``hmac.compare_digest`` against every configured key, so the time
     taken says nothing about how much of a key matched.
     """
 
-    def __init__(self, app: ASGIApp, keys: Iterable[str], prefixes: tuple[str, ...], paths: Iterable[str] = ()) -> None:
-        self.app, self.prefixes, self.paths = app, prefixes, frozenset(paths)
+    def __init__(self, app: ASGIApp, keys: Iterable[str], open_paths: Iterable[str]) -> None:
+        self.app, self.open_paths = app, frozenset(open_paths)
         self.keys = [key.encode() for key in keys]
 
     def protects(self, path: str) -> bool:
-        return path in self.paths or path.startswith(self.prefixes)
+        return path not in self.open_paths
 
     def authorized(self, scope: Scope) -> bool:
         scheme, _, token = header(scope, b"authorization").partition(" ")
@@ -97,6 +99,45 @@ class BodySizeLimit:
             return message
 
         await self.app(scope, counted, send)
+
+
+class ReadBodyFirst:
+    """The whole body is read before the routes see the request, so that admission (``AdmissionLimit``, and
+    each model's) counts a request from the moment its body is complete: a slow upload holds a connection,
+    never a slot. A body not complete within ``timeout_s`` gets 408 and its connection is closed.
+
+    Inside ``BodySizeLimit``, which counts what is read here (413 past the limit).
+    """
+
+    def __init__(self, app: ASGIApp, timeout_s: float) -> None:
+        self.app, self.timeout_s = app, timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                messages = await read_body(receive)
+        except TimeoutError:
+            error = APIError(408, "body_timeout", f"request body not complete within {self.timeout_s:g} s")
+            response = error_response(error, scope["path"])
+            response.headers["connection"] = "close"  # the rest of the body is never read
+            return await response(scope, receive, send)
+        except APIError as error:
+            return await reject(error, scope, receive, send)
+
+        async def replayed() -> Message:
+            return messages.popleft() if messages else await receive()
+
+        await self.app(scope, replayed, send)
+
+
+async def read_body(receive: Receive) -> deque[Message]:
+    """The request's messages up to the end of its body (or to the client leaving), in order."""
+    messages = deque([await receive()])
+    while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
+        messages.append(await receive())
+    return messages
 
 
 class AdmissionLimit:

@@ -21,8 +21,10 @@ from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, RootMode
 from models.postprocess import best_first, l2_normalize
 from models.spec import ModelSpec
 from models.tokenization import TextInput
+from serving.settings import settings
 
-from .types import InputType, Request, Text, Texts
+from .limits import check_count
+from .types import InputType, Request, Text, TextList, Texts, Unicode, as_list, counted, refuse_undecodable
 
 
 def _lower(value: object) -> object:
@@ -44,14 +46,18 @@ class PredictInputs:
 
 def _sequence(value: object) -> TextInput:
     if isinstance(value, list) and len(value) in (1, 2) and all(isinstance(text, str) and text for text in value):
-        return value[0] if len(value) == 1 else (value[0], value[1])
+        texts = [refuse_undecodable(text) for text in value]
+        return texts[0] if len(texts) == 1 else (texts[0], texts[1])
     raise ValueError("each item of a batch must be [text] or a pair [text, text] of non-empty strings")
 
 
 def _predict_inputs(value: object) -> PredictInputs:
-    """TEI's rule: a string, or a pair [text, text] alone, or a batch [[text] or [text, text], ...]."""
+    """TEI's rule: a string, or a pair [text, text] alone, or a batch [[text] or [text, text], ...]; a
+    batch is counted (413 past ``max_inputs``) before any of its items is read."""
     if isinstance(value, str) and value:
-        return PredictInputs([value], batch=False)
+        return PredictInputs([refuse_undecodable(value)], batch=False)
+    if isinstance(value, list) and value and isinstance(value[0], list):
+        check_count(len(value), "inputs", settings.max_inputs)
     if isinstance(value, list) and value and all(isinstance(text, str) for text in value):
         return PredictInputs([_sequence(value)], batch=False)
     if isinstance(value, list) and value and all(isinstance(item, list) for item in value):
@@ -63,7 +69,7 @@ PredictInput = Annotated[PredictInputs, PlainValidator(_predict_inputs, json_sch
 
 
 class TEIRequest(Request):
-    model: str | None = Field(None, description="which served model answers (a textbento extension: TEI serves one)")
+    model: Unicode | None = Field(None, description="which served model answers (a textbento extension: TEI serves one)")
 
 
 class EmbedRequest(TEIRequest):
@@ -72,7 +78,7 @@ class EmbedRequest(TEIRequest):
     inputs: Texts
     truncate: Truncate = None
     truncation_direction: Direction = "right"
-    prompt_name: str | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
+    prompt_name: Unicode | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
     normalize: bool = Field(True, description="unit-length vectors (false: the model's own output)")
     dimensions: Annotated[int, Field(ge=1)] | None = Field(None, description="the first ones, unit length again (Matryoshka models)")
 
@@ -83,7 +89,7 @@ class EmbedSparseRequest(TEIRequest):
     inputs: Texts
     truncate: Truncate = None
     truncation_direction: Direction = "right"
-    prompt_name: str | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
+    prompt_name: Unicode | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
 
 
 class EmbedAllRequest(TEIRequest):
@@ -92,7 +98,7 @@ class EmbedAllRequest(TEIRequest):
     inputs: Texts
     truncate: Truncate = None
     truncation_direction: Direction = "right"
-    prompt_name: str | None = Field(None, description="one of the model's prompts, put before every input")
+    prompt_name: Unicode | None = Field(None, description="one of the model's prompts, put before every input")
     input_type: InputType = Field(
         "document", description="query or document: which of the model's prefixes and lengths (a textbento extension)"
     )
@@ -134,7 +140,7 @@ class RerankRequest(TEIRequest):
     """``POST /rerank``: each text scored against the query by a cross-encoder, best first."""
 
     query: Text
-    texts: Annotated[list[Text], Field(min_length=1)]
+    texts: TextList
     truncate: Truncate = None
     truncation_direction: Direction = "right"
     raw_scores: bool = Field(False, description="logits instead of sigmoid scores")
@@ -143,13 +149,13 @@ class RerankRequest(TEIRequest):
 
 class SimilarityInput(Request):
     source_sentence: Text
-    sentences: Annotated[list[Text], Field(min_length=1)]
+    sentences: Annotated[list[Text], counted("inputs.sentences"), Field(min_length=1)]
 
 
 class SimilarityParameters(Request):
     truncate: Truncate = None
     truncation_direction: Direction = "right"
-    prompt_name: str | None = None
+    prompt_name: Unicode | None = None
 
 
 class SimilarityRequest(TEIRequest):
@@ -162,9 +168,9 @@ class SimilarityRequest(TEIRequest):
 class TokenizeRequest(TEIRequest):
     """``POST /tokenize``: the tokens the model reads, uncut."""
 
-    inputs: Annotated[list[str], BeforeValidator(lambda value: [value] if isinstance(value, str) else value), Field(min_length=1)]
+    inputs: Annotated[list[Unicode], BeforeValidator(as_list, json_schema_input_type=str | list[str]), counted(), Field(min_length=1)]
     add_special_tokens: bool = True
-    prompt_name: str | None = None
+    prompt_name: Unicode | None = None
 
 
 class Prediction(BaseModel):

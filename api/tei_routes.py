@@ -8,21 +8,24 @@ these paths (``api/errors.py``).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import bentoml
+import numpy as np
 from fastapi import APIRouter, Body, Depends
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.responses import Response
 
 from models.postprocess import l2_normalize, ranked_labels, scores, sparse_entries
+from models.tokenization import TooManyTokens
 from serving.bentoml_fixes import current_service
 from serving.settings import settings
 
 from . import tei
-from .errors import TEI_ERROR_RESPONSES
-from .limits import check_sizes
+from .errors import TEI_ERROR_RESPONSES, APIError
+from .limits import check_answer_size, check_sizes
 from .options import prompt_for
 from .pipeline import Pipeline
 from .responses import json_response
@@ -46,6 +49,8 @@ async def embed_sparse(request: tei.EmbedSparseRequest, server: Pipeline = ThisP
     model = server.models.pick(request.model, "sparse")
     texts = [prompt_for(model.spec, request.prompt_name, None) + text for text in request.inputs]
     _, vectors, timing = await server.run(model, texts, request.truncate is not False, "inputs", request.truncation_direction)
+    weights = sum(int(np.count_nonzero(vector)) for vector in vectors)  # known only once computed: a weight per vocabulary id at most
+    check_answer_size(weights, f"{weights} non-zero weights", "inputs", settings.max_answer_values)
     return server.timed([sparse_entries(vector) for vector in vectors], timing)
 
 
@@ -97,17 +102,25 @@ async def similarity(request: tei.SimilarityRequest, server: Pipeline = ThisPipe
     prompt = prompt_for(model.spec, parameters.prompt_name, None)
     texts = [request.inputs.source_sentence, *request.inputs.sentences]
     truncate, cut = parameters.truncate is not False, parameters.truncation_direction
-    vectors, timing = await server.embed(model, texts, "inputs.sentences", prompt=prompt, truncate=truncate, dimensions=None, cut=cut)
+    vectors, timing = await server.embed(
+        model, texts, "inputs.sentences", prompt=prompt, truncate=truncate, dimensions=None, cut=cut, query_param="inputs.source_sentence"
+    )
     return server.timed(tei.cosines(vectors[0], vectors[1:]), timing)
 
 
 @router.post("/tokenize", response_model=tei.TokenizeResponse, responses=TEI_ERROR_RESPONSES)
 async def tokenize(request: tei.TokenizeRequest, server: Pipeline = ThisPipeline) -> Response:
-    """The tokens each input is read as, uncut, with where they lie in it."""
+    """The tokens each input is read as, uncut, with where they lie in it: at most ``max_tokenize_tokens``
+    in all (413 naming the input that passes them), admitted and within its deadline as every route."""
     model = server.models.named(request.model)
     texts = [prompt_for(model.spec, request.prompt_name, None) + text for text in request.inputs]
     check_sizes(texts, "inputs", settings.max_inputs, settings.max_chars)
-    listed = await asyncio.to_thread(model.tokenizer.tokens, texts, request.add_special_tokens)
+    async with server.admitted(model, time.time()):
+        try:
+            listed = await asyncio.to_thread(model.tokenizer.tokens, texts, request.add_special_tokens, settings.max_tokenize_tokens)
+        except TooManyTokens as over:
+            message = f"{over.tokens} tokens by input {over.index}; /tokenize lists at most {over.limit} tokens per request"
+            raise APIError(413, "too_many_tokens", message, f"inputs.{over.index}") from None
     return json_response([[token.__dict__ for token in tokens] for tokens in listed])
 
 

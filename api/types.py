@@ -3,37 +3,84 @@
 Unknown fields are rejected (422 naming the field): a typo such as ``input`` for ``inputs``
 must not silently fall back to defaults. The embeddings types follow OpenAI's shapes so the
 official ``openai`` client works unchanged.
+
+Every string of a request body is a ``Unicode`` (or ``Text``, not empty): a string that is not valid
+Unicode is refused with 422 naming its field. JSON can carry one (``"\\ud800"``, half of a surrogate
+pair) and Python's parser keeps it, but the tokenizer cannot read it. Every list of texts is
+refused for its length alone (413, ``api/limits.check_count``) before any of its items is validated,
+so that a body of millions of tiny texts costs one ``len``, not millions of validations.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StringConstraints, ValidationInfo
+from pydantic_core import PydanticCustomError
+
+from serving.settings import settings
+
+from .limits import check_count
 
 
-def _as_list(value: object) -> object:
+def refuse_undecodable(value: object) -> object:
+    """``value`` unchanged, unless it is a string that is not valid Unicode (a lone surrogate): then a
+    validation error that says where. Other values pass on to the field's own checks."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError as error:
+            where = {"code": f"U+{ord(value[error.start]):04X}", "at": error.start}
+            raise PydanticCustomError(
+                "string_unicode", "not valid Unicode: a lone surrogate ({code}) at character {at}, which no tokenizer reads", where
+            ) from None
+    return value
+
+
+# The one check of every string field: ``tests/test_schemas.py`` holds every request model to it.
+DECODABLE = BeforeValidator(refuse_undecodable)
+Unicode = Annotated[str, DECODABLE]
+Text = Annotated[str, StringConstraints(min_length=1), DECODABLE]
+
+
+def counted(param: str | None = None) -> BeforeValidator:
+    """A list field's check of its length alone, before its items (413 past ``max_inputs``); the error
+    names ``param``, the field's own name without it (a nested field gives its whole path)."""
+
+    def check(value: object, info: ValidationInfo) -> object:
+        if isinstance(value, list):
+            check_count(len(value), param or info.field_name, settings.max_inputs)
+        return value
+
+    return BeforeValidator(check)
+
+
+def as_list(value: object) -> object:
     return [value] if isinstance(value, str) else value
 
 
-Text = Annotated[str, StringConstraints(min_length=1)]
+# A list of texts, at most ``max_inputs``, not empty.
+TextList = Annotated[list[Text], counted(), Field(min_length=1)]
 # One text or a non-empty list of texts, always a list once validated; errors name the item.
-Texts = Annotated[list[Text], BeforeValidator(_as_list, json_schema_input_type=str | list[str]), Field(min_length=1)]
+Texts = Annotated[list[Text], BeforeValidator(as_list, json_schema_input_type=str | list[str]), counted(), Field(min_length=1)]
 
 
 def _text_or_pair(value: object) -> str | tuple[str, str]:
     """One classifier input, checked as a whole so that an error names the item, not a union branch."""
     if isinstance(value, str) and value:
-        return value
+        return refuse_undecodable(value)
     if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(text, str) and text for text in value):
-        return (value[0], value[1])
+        return (refuse_undecodable(value[0]), refuse_undecodable(value[1]))
     raise ValueError("expected a non-empty string or a pair [text, text] of non-empty strings")
 
 
 # For classifiers: texts, or pairs [query, passage] that a cross-encoder reads together.
 TextOrPair = Annotated[str | tuple[str, str], PlainValidator(_text_or_pair, json_schema_input_type=Text | tuple[Text, Text])]
 Inputs = Annotated[
-    list[TextOrPair], BeforeValidator(_as_list, json_schema_input_type=str | list[str | tuple[str, str]]), Field(min_length=1)
+    list[TextOrPair],
+    BeforeValidator(as_list, json_schema_input_type=str | list[str | tuple[str, str]]),
+    counted(),
+    Field(min_length=1),
 ]
 
 
@@ -58,7 +105,7 @@ class ClassifyRequest(Request):
     """``POST /v1/classify``: one text, or a list of texts and ``[text, text]`` pairs."""
 
     inputs: Inputs
-    model: str | None = None
+    model: Unicode | None = None
     top_k: Annotated[int, Field(ge=1)] | None = Field(None, description="also return the k most probable labels with their scores")
     truncate: bool = Field(True, description="cut texts longer than the model's limit (else 413)")
     raw_scores: bool = Field(False, description="logits instead of the model's scores (softmax, or sigmoid per label)")
@@ -90,17 +137,17 @@ class EmbeddingsRequest(Request):
     """``POST /v1/embeddings`` in OpenAI's shape (token-id inputs are not supported)."""
 
     input: Texts
-    model: str | None = None
+    model: Unicode | None = None
     encoding_format: EmbeddingType = Field(
         "float", description="float; base64 of little-endian float32; int8 or uint8 on the model's ranges; binary or ubinary: packed signs"
     )
     dimensions: Annotated[int, Field(ge=1)] | None = Field(
         None, description="fewer than the model's: the first ones, unit length again (Matryoshka models)"
     )
-    user: str | None = None
+    user: Unicode | None = None
     truncate: bool = Field(True, description="cut texts longer than the model's limit (else 413)")
-    prompt_name: str | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
-    prompt: str | None = Field(None, description="a text put before every input (instead of the model's default prompt)")
+    prompt_name: Unicode | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
+    prompt: Unicode | None = Field(None, description="a text put before every input (instead of the model's default prompt)")
 
 
 class Embedding(BaseModel):
@@ -151,7 +198,8 @@ class ModelCard(BaseModel):
     tag: str
     task: Literal["classify", "embed", "sparse", "multivector"]
     labels: list[str]
-    max_length: int
+    max_length: int  # tokens per text served: longer texts are cut, or refused without truncate
+    model_max_length: int  # what the model itself reads (its position table); max_length is lower where the import capped it
     dimensions: int | None
     pooling: str | None
     prompts: dict[str, str]
@@ -178,13 +226,13 @@ class MultiVectorRequest(Request):
     """``POST /v1/multivector``: a multi-vector (ColBERT) model's token vectors."""
 
     input: Texts
-    model: str | None = None
+    model: Unicode | None = None
     input_type: InputType = Field("document", description="query or document (search_query, search_document)")
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="float; base64 of the little-endian float32 [tokens, dim] rows"
     )
     truncate: bool = Field(True, description="cut texts longer than the side's length (else 413)")
-    prompt_name: str | None = Field(None, description="one of the model's prompts, put before every input")
+    prompt_name: Unicode | None = Field(None, description="one of the model's prompts, put before every input")
 
 
 class MultiVector(BaseModel):
@@ -211,9 +259,9 @@ class ModelList(BaseModel):
 class RerankRequest(Request):
     """``POST /v1/rerank``, in the shape Cohere's and Jina's clients send."""
 
-    model: str | None = None
+    model: Unicode | None = None
     query: Text
-    documents: Annotated[list[Text], Field(min_length=1)]
+    documents: TextList
     top_n: Annotated[int, Field(ge=1)] | None = Field(None, description="return only the n most relevant documents")
     return_documents: bool = Field(False, description="echo each document's text in its result")
 
@@ -240,7 +288,7 @@ class SentimentRequest(Request):
     """``POST /api/v1/sentiment``: the seed article's route, kept for its clients."""
 
     text: Text
-    model: str | None = None
+    model: Unicode | None = None
 
 
 class SentimentResponse(BaseModel):

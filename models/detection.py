@@ -16,6 +16,7 @@ token of a row is the one the mask says (``models.postprocess``).
 from __future__ import annotations
 
 import json
+import logging
 import string
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -24,16 +25,23 @@ from transformers import PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from .spec import (
+    PASS_MEMORY,
     SPARSE_ACTIVATIONS,
     SPARSE_POOLINGS,
     Activation,
     DenseActivation,
     ModelSpec,
     Pooling,
+    Shape,
     SparseActivation,
     SparsePooling,
     Task,
+    memory_cap,
+    pass_bytes,
+    shape_of,
 )
+
+progress = logging.getLogger("textbento.import")  # shown by the command lines (train_import/cli.py)
 
 
 class UnsupportedModel(ValueError):
@@ -356,14 +364,53 @@ def read_length_and_prompts(model_dir: Path) -> tuple[int | None, dict[str, str]
     return sbert_config.get("max_seq_length"), prompts, settings.get("default_prompt_name") or None
 
 
-def model_max_length(config: PretrainedConfig, tokenizer_limit: int, chosen: int | None = None) -> int:
-    """The tokenizer's limit, unless it is a placeholder larger than the position table; ``chosen``
-    (the import's ``--max-length``) below that, never past it."""
+class Lengths(NamedTuple):
+    """How long a text the model reads (``own``: what ``--max-length`` may go up to), the longest whose
+    pass fits memory (``cap``: ``models.spec.memory_cap`` of its ``shape``), and the import's ``--max-length`` if given."""
+
+    own: int
+    cap: int
+    chosen: int | None
+    shape: Shape
+
+    def served(self, preferred: int | None = None) -> int:
+        """The cap served: ``--max-length`` where given, else the model's ``preferred`` length
+        (sentence-transformers' ``max_seq_length``, a ColBERT's document length) within the memory cap."""
+        if self.chosen is not None:
+            return self.chosen
+        wanted = min(preferred or self.own, self.own)
+        if self.cap < wanted:
+            progress.info(
+                "serving at most %d tokens per text of the model's %d: one pass of %d would hold about %.1f GiB, past %.0f GiB "
+                "(--max-length raises it, up to %d)",
+                self.cap,
+                wanted,
+                wanted,
+                pass_bytes(wanted, self.shape) / 2**30,
+                PASS_MEMORY / 2**30,
+                self.own,
+            )
+        return min(wanted, self.cap)
+
+
+def read_lengths(config: PretrainedConfig, tokenizer_limit: int, chosen: int | None, task: Task) -> Lengths:
+    """The model's own limit (the tokenizer's, unless it is a placeholder larger than the position table),
+    its memory cap, and ``chosen`` (``--max-length``) checked against the limit."""
     positions = getattr(config, "max_position_embeddings", None) or 512
-    limit = min(tokenizer_limit, positions)
-    if chosen is not None and chosen > limit:
-        raise UnsupportedModel(f"--max-length {chosen} is past the model's limit of {limit} tokens")
-    return limit if chosen is None else chosen
+    own = min(tokenizer_limit, positions)
+    if chosen is not None and chosen > own:
+        raise UnsupportedModel(f"--max-length {chosen} is past the model's limit of {own} tokens")
+    shape = shape_of(config.to_dict(), task)
+    cap = memory_cap(own, shape)
+    if chosen is not None and chosen > cap:
+        progress.warning(
+            "--max-length %d: one pass of a text that long holds about %.1f GiB, past the %.0f GiB the default cap (%d) keeps to",
+            chosen,
+            pass_bytes(chosen, shape) / 2**30,
+            PASS_MEMORY / 2**30,
+            cap,
+        )
+    return Lengths(own, cap, chosen, shape)
 
 
 def read_pad_id(config: PretrainedConfig, task: Task, pad: int | None, eos: int | None) -> int:
@@ -401,13 +448,11 @@ def detect_spec(
     """The full spec of the model in ``model_dir``; raises ``UnsupportedModel`` with a reason.
 
     ``pad_id``, ``eos_id``: the tokenizer's (``tokenizer`` itself for a ColBERT's prefixes and skiplist);
-    ``max_length``: the import's choice, within the model's limit.
+    ``max_length``: the import's choice, within the model's limit (else its preferred length within its memory cap).
     """
     sparse, colbert = is_sparse_encoder(model_dir), is_colbert(model_dir)
     if colbert and task in ("auto", "multivector"):
-        return multivector_spec(
-            model_dir, config, tokenizer, model_max_length(config, tokenizer_limit, max_length), max_length, source, revision
-        )
+        return multivector_spec(model_dir, tokenizer, read_lengths(config, tokenizer_limit, max_length, "multivector"), source, revision)
     if colbert:
         raise UnsupportedModel(f"a PyLate ColBERT model gives a vector per token: import it with --task multivector (or auto), not {task}")
     if task == "multivector" or "HF_ColBERT" in (config.architectures or []):
@@ -422,9 +467,9 @@ def detect_spec(
         raise UnsupportedModel(
             f"a sentence-transformers SparseEncoder (SPLADE) gives sparse vectors: import it with --task sparse (or auto), not {task}"
         )
-    limit = model_max_length(config, tokenizer_limit, max_length)
+    lengths = read_lengths(config, tokenizer_limit, max_length, detected)
     pad_id = read_pad_id(config, detected, pad_id, eos_id)
-    common: dict[str, Any] = {"task": detected, "pad_id": pad_id, "source": source, "revision": revision}
+    common: dict[str, Any] = {"task": detected, "pad_id": pad_id, "model_max_length": lengths.own, "source": source, "revision": revision}
     if detected == "classify":
         if task == "classify" and not any(name.endswith("ForSequenceClassification") for name in config.architectures or []):
             raise UnsupportedModel(
@@ -433,13 +478,13 @@ def detect_spec(
             )
         token_types = getattr(config, "type_vocab_size", 1) > 1
         return ModelSpec(
-            max_length=limit, labels=read_labels(config), activation=read_activation(config), token_types=token_types, **common
+            max_length=lengths.served(), labels=read_labels(config), activation=read_activation(config), token_types=token_types, **common
         )
     if detected == "sparse":
         sparse_pooling, sparse_activation = read_splade(model_dir, config)
         max_seq_length, prompts, default_prompt_name = read_length_and_prompts(model_dir)
         return ModelSpec(
-            max_length=limit if max_length else min(max_seq_length or limit, limit),  # the import's choice first
+            max_length=lengths.served(max_seq_length),
             dimensions=config.vocab_size,
             sparse_pooling=sparse_pooling,
             sparse_activation=sparse_activation,
@@ -449,7 +494,7 @@ def detect_spec(
         )
     pipeline = read_sentence_transformers(model_dir)
     return ModelSpec(
-        max_length=limit if max_length else min(pipeline.max_seq_length or limit, limit),  # the import's choice first
+        max_length=lengths.served(pipeline.max_seq_length),
         pooling=pipeline.pooling,
         normalize=pipeline.normalize,
         dimensions=pipeline.dense[-1][2] if pipeline.dense else config.hidden_size,
@@ -460,18 +505,17 @@ def detect_spec(
     )
 
 
-def multivector_spec(
-    model_dir: Path, config: PretrainedConfig, tokenizer: Any, limit: int, chosen: int | None, source: str, revision: str | None
-) -> ModelSpec:
-    """A PyLate ColBERT's spec: its documents up to its document length (``--max-length`` lowers it), its queries
-    up to its query length, both within the model's own limit."""
+def multivector_spec(model_dir: Path, tokenizer: Any, lengths: Lengths, source: str, revision: str | None) -> ModelSpec:
+    """A PyLate ColBERT's spec: its documents up to its document length (``--max-length`` sets it), its queries
+    up to its query length, both within the model's own limit (and ``--max-length``)."""
     colbert = read_colbert(model_dir, tokenizer)
     dense = [read_dense(model_dir, module.get("path", "")) for module in (_read_json(model_dir / "modules.json") or [])[1:]]
     _, prompts, default_prompt_name = read_length_and_prompts(model_dir)  # PyLate's encode puts them before queries and documents alike
     return ModelSpec(
         task="multivector",
-        max_length=limit if chosen else min(colbert.document_length, limit),
-        query_length=min(colbert.query_length, limit),
+        max_length=lengths.served(colbert.document_length),
+        model_max_length=lengths.own,
+        query_length=min(colbert.query_length, lengths.chosen or lengths.own),
         normalize=True,
         dimensions=dense[-1][2],
         dense=tuple(activation for _, activation, _ in dense),

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from .batching import unattended, with_segments
 from .spec import ModelSpec
@@ -89,20 +89,55 @@ class TextTokenizer:
             encoded.append(Encoded(np.asarray(backend.post_process(encoding).ids, dtype=np.int32), truncated))
         return encoded
 
-    def tokens(self, texts: Sequence[str], add_special_tokens: bool) -> list[list[Token]]:
+    def tokens(self, texts: Sequence[str], add_special_tokens: bool, max_tokens: int | None = None) -> list[list[Token]]:
         """Each text's tokens as text-embeddings-inference's ``/tokenize`` lists them: uncut, with
-        byte offsets into the text; a special token has its own text and no offsets."""
-        listed = []
-        for text, encoding in zip(texts, self.cutting(None).encode_batch(list(texts), add_special_tokens=add_special_tokens)):
-            tokens = []
-            for id_, (start, stop), special, token in zip(encoding.ids, encoding.offsets, encoding.special_tokens_mask, encoding.tokens):
-                if special:
-                    tokens.append(Token(id_, token, True, None, None))
-                else:  # the tokenizer's offsets count characters; TEI's count UTF-8 bytes
-                    piece, first = text[start:stop], len(text[:start].encode())
-                    tokens.append(Token(id_, piece, False, first, first + len(piece.encode())))
-            listed.append(tokens)
-        return listed
+        byte offsets into the text; a special token has its own text and no offsets. Past ``max_tokens``
+        in all, ``TooManyTokens``: texts are read ``TOKENS_CHUNK`` at a time, so that no more than that
+        chunk is ever tokenized past the limit, and no token of a refused request becomes an object."""
+        encodings, counted = [], 0
+        for first in range(0, len(texts), TOKENS_CHUNK):
+            chunk = list(texts[first : first + TOKENS_CHUNK])
+            for index, encoding in enumerate(self.cutting(None).encode_batch(chunk, add_special_tokens=add_special_tokens), first):
+                counted += len(encoding.ids)
+                if max_tokens is not None and counted > max_tokens:
+                    raise TooManyTokens(index, counted, max_tokens)
+                encodings.append(encoding)
+        return [listed_tokens(text, encoding) for text, encoding in zip(texts, encodings)]
+
+
+# /tokenize's texts are tokenized this many at a time (parallel within a chunk, in the Rust tokenizer).
+TOKENS_CHUNK = 16
+
+
+class TooManyTokens(Exception):
+    """More tokens than a caller's limit: the input at which the count passed it."""
+
+    def __init__(self, index: int, tokens: int, limit: int) -> None:
+        super().__init__(f"{tokens} tokens up to input {index}; the limit is {limit}")
+        self.index, self.tokens, self.limit = index, tokens, limit
+
+
+def listed_tokens(text: str, encoding: Encoding) -> list[Token]:
+    """``encoding``'s tokens of ``text``, each with its UTF-8 byte offsets (the tokenizer's count characters)."""
+    byte_at = None if text.isascii() else utf8_offsets(text).tolist()  # in ASCII, characters and bytes agree
+    tokens = []
+    for id_, (start, stop), special, token in zip(encoding.ids, encoding.offsets, encoding.special_tokens_mask, encoding.tokens):
+        if special:
+            tokens.append(Token(id_, token, True, None, None))
+        elif byte_at is None:
+            tokens.append(Token(id_, text[start:stop], False, start, stop))
+        else:
+            tokens.append(Token(id_, text[start:stop], False, byte_at[start], byte_at[stop]))
+    return tokens
+
+
+def utf8_offsets(text: str) -> np.ndarray:
+    """Where each character of ``text`` starts in its UTF-8 encoding, and where the text ends (``len(text) + 1``
+    entries): one pass over the text, so that each token's byte offsets are a lookup, not a re-encoding of the
+    text before it."""
+    code_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    widths = 1 + (code_points >= 0x80).astype(np.int64) + (code_points >= 0x800) + (code_points >= 0x10000)
+    return np.concatenate(([0], np.cumsum(widths)))
 
 
 Side = Literal["query", "document"]

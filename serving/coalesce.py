@@ -24,6 +24,18 @@ class Overloaded(Exception):
     """Refused at once: the queue is longer than the caller's time allows."""
 
 
+class ItemFailed(Exception):
+    """What a call answers in place of one item's result when it computed the others but not that one:
+    only the submit that carried the item fails, with ``index`` the item's place among that submit's items."""
+
+    def __init__(self, reason: str, index: int = 0) -> None:
+        super().__init__(reason)
+        self.reason, self.index = reason, index
+
+    def at(self, index: int) -> ItemFailed:
+        return ItemFailed(self.reason, index)
+
+
 class Coalescer(Generic[Item, Result]):
     """Sends ``call(items)`` with the items of many ``submit``s, at most ``in_flight`` calls at a time.
 
@@ -32,7 +44,8 @@ class Coalescer(Generic[Item, Result]):
     (timeout, disconnect) before its call left is dropped, so abandoned work is never sent; one
     already sent is answered and discarded, and its ``abandoned`` callback told (the callee may
     still drop it: ``serving/gone.py``). A failed call fails every submit it carried with the
-    same exception.
+    same exception; an item a call answers with an exception (``ItemFailed``: it computed the
+    others, not that one) fails only the submit that carried it.
 
     A submit that could not be answered in the time its caller has left is refused at once
     (``Overloaded``): when the oldest piece waiting has already waited that long, a new one waits
@@ -63,6 +76,11 @@ class Coalescer(Generic[Item, Result]):
         self.pump()
         try:
             return [result for results in await asyncio.gather(*futures) for result in results]
+        except ItemFailed as failed:  # its index counts from its piece's start: from the submit's
+            piece = next(
+                number for number, future in enumerate(futures) if future.done() and not future.cancelled() and future.exception() is failed
+            )
+            raise failed.at(piece * self.max_items + failed.index) from None
         except asyncio.CancelledError:
             if abandoned and not self.in_calls.isdisjoint(futures):
                 abandoned()
@@ -118,10 +136,21 @@ class Coalescer(Generic[Item, Result]):
         start = 0
         for items, future in batch:
             if not future.done():
-                future.set_result(results[start : start + len(items)])
+                answer(future, results[start : start + len(items)])
             start += len(items)
 
     def sent(self, task: asyncio.Task) -> None:
         self.sending.discard(task)
         if not task.cancelled():
             self.pump()
+
+
+def answer(future: asyncio.Future[list[Result]], results: list[Result]) -> None:
+    """A piece's results, or the first exception a call answered in place of one of its items
+    (an ``ItemFailed`` told its item's place in the piece)."""
+    failed = next(((index, result) for index, result in enumerate(results) if isinstance(result, BaseException)), None)
+    if failed is None:
+        future.set_result(results)
+    else:
+        index, error = failed
+        future.set_exception(error.at(index) if isinstance(error, ItemFailed) else error)

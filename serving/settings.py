@@ -63,17 +63,29 @@ class Settings(BaseSettings):
     # 8,192 → 1,466 MiB and 25.9 texts/s, 2,048 → 887 MiB and 27.9 texts/s.
     token_budget: int = Field(2048, ge=1, description="most padded tokens in one forward pass")
     timeout_s: int = Field(60, ge=1, description="a request not answered by then gets 504")
-    max_inputs: int = Field(256, ge=1, description="most texts in one request (more → 413)")
+    max_inputs: int = Field(256, ge=1, description="most texts in one request's list; a rerank's query is not counted (more → 413)")
     max_chars: int = Field(20_000, ge=1, description="longest text in characters (longer → 413)")
+    # Answers that grow with the tokens read, bounded as their memory is: 2^17 tokens is what 256 texts of
+    # a 512-token model send; 2^22 numbers (16 MiB of float32, ~80 MB of JSON) are 32 documents of 1,024
+    # tokens at 128 dimensions, twice what TEI's defaults let /embed_all answer (32 texts of 512 tokens).
+    max_tokenize_tokens: int = Field(2**17, ge=1, description="most tokens /tokenize lists for one request (more → 413)")
+    max_answer_values: int = Field(
+        2**22, ge=1, description="most numbers in one token-vector or sparse answer: tokens × dimensions, or non-zero weights (more → 413)"
+    )
     max_body_bytes: int = Field(8 * 2**20, ge=1024, description="largest request body (larger → 413)")
     # serving/connections.py. Each open connection holds a file descriptor: see docs/operations.md on sizing the pod's limit.
     header_timeout_s: float = Field(
         10.0, gt=0, description="a connection whose request headers are not complete this long after its first byte is closed"
     )
+    # One deadline for the whole body, as for the headers: a trickle of bytes resets no clock. 30 s lets the
+    # largest body (max_body_bytes, 8 MiB) arrive at 280 KB/s and leaves half of timeout_s to answer it.
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="a request whose body is not complete this long after its headers gets 408, and its connection is closed"
+    )
     keep_alive_s: float = Field(5.0, gt=0, description="an idle client connection is closed after this long")
     max_concurrency: int = Field(512, ge=1, description="requests in flight per API worker and served model (more → 429)")
-    api_keys: str = Field("", description="comma-separated bearer keys; empty → no authentication")
-    api_keys_file: str = Field("", description="file with one bearer key per line, added to api_keys")
+    api_keys: str = Field("", description="comma-separated bearer keys; unset or empty → no authentication; set but no key → no start")
+    api_keys_file: str = Field("", description="file with one bearer key per line, added to api_keys; missing or without a key → no start")
     metrics_public: bool = Field(True, description="whether /metrics stays open when keys are set")
     metrics: bool = Field(True, description="textbento's Prometheus families and trace spans (off: BentoML's only)")
     otlp_endpoint: str = Field("", description="OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces); empty: no traces")
@@ -94,6 +106,7 @@ class Settings(BaseSettings):
     def _derive(self) -> Settings:
         if self.max_latency_ms is None:
             self.max_latency_ms = self.timeout_s * 1000  # shed only what would time out anyway
+        self.keys()  # a key setting that yields no key refuses to start, in every process, before anything loads
         return self
 
     @property
@@ -121,11 +134,31 @@ class Settings(BaseSettings):
         return self.backstop_timeout_s
 
     def keys(self) -> list[str]:
-        """Every configured API key (the variable's and the file's), blanks dropped."""
+        """Every configured API key (the variable's and the file's), blanks dropped; none when neither is set.
+
+        Authentication fails closed: a setting that is set but yields no key (``" , "``, an empty file, a
+        file that cannot be read: a Secret not mounted) raises ``NoKeys`` naming it, rather than serve an
+        open API to someone who meant to close it.
+        """
         from pathlib import Path
 
-        lines = Path(self.api_keys_file).read_text().splitlines() if self.api_keys_file else []
-        return [key.strip() for key in [*self.api_keys.split(","), *lines] if key.strip()]
+        from_variable = [key.strip() for key in self.api_keys.split(",") if key.strip()]
+        if self.api_keys and not from_variable:
+            raise NoKeys("TEXTBENTO_API_KEYS is set but holds no key (only commas and blanks); unset it to serve without keys")
+        if not self.api_keys_file:
+            return from_variable
+        try:
+            lines = Path(self.api_keys_file).read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            raise NoKeys(f"TEXTBENTO_API_KEYS_FILE={self.api_keys_file} cannot be read: {error}") from None
+        if not (from_file := [key.strip() for key in lines if key.strip()]):
+            raise NoKeys(f"TEXTBENTO_API_KEYS_FILE={self.api_keys_file} holds no key (one per line); unset it to serve without keys")
+        return from_variable + from_file
+
+
+class NoKeys(RuntimeError):
+    """A key setting is set but yields no key. Not a ``ValueError``: pydantic would wrap that with the
+    settings' values, the keys among them, into its message."""
 
 
 BACKSTOP_MARGIN_S = 5

@@ -30,7 +30,13 @@ TEXTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TOKENS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
 PADDING = (1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 # error.type of the answers that turn work away, by the reason operators read in textbento_rejected_total.
-REJECTIONS = {"too_many_requests": "admission", "overloaded": "shed", "runner_unavailable": "unavailable", "timeout": "timeout"}
+REJECTIONS = {
+    "too_many_requests": "admission",
+    "overloaded": "shed",
+    "runner_unavailable": "unavailable",
+    "timeout": "timeout",
+    "body_timeout": "slow_body",
+}
 
 
 @dataclass

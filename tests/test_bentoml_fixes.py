@@ -9,6 +9,7 @@ import typing
 import weakref
 
 import bentoml
+import pytest
 from _bentoml_impl.server.app import ServiceAppFactory
 from _bentoml_sdk.io_models import IOMixin, ensure_io_descriptor
 from _bentoml_sdk.service import set_current_service
@@ -130,3 +131,64 @@ def test_a_class_views_self_is_found_on_the_event_loop(monkeypatch):
     assert on_threads == []
     assert ThisPipeline.dependency is current_service
     assert not inspect.iscoroutinefunction(bentoml.get_current_service)  # every other caller keeps BentoML's own
+
+
+def test_bentoml_http_metrics_label_a_path_by_its_route_and_unknown_paths_other():
+    """Without the fix, each unknown path is a series of its own in BentoML's request counters (and
+    of its histogram, and its in-progress gauge): any client could grow every scrape without bound."""
+    import prometheus_client
+    from _bentoml_impl.server.mount import PassiveMount
+    from bentoml._internal.server.http.instruments import RunnerTrafficMetricsMiddleware
+    from fastapi import APIRouter
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    apply()
+    api, included = FastAPI(), APIRouter()
+
+    @api.post("/v1/embeddings")
+    async def embeddings() -> dict:
+        return {}
+
+    @included.get("/v1/models/{model}")
+    async def model(model: str) -> dict:
+        return {"model": model}  # the route sees the request's own path
+
+    api.include_router(included)  # as the TEI and Cohere routes are, and BentoML's class views
+
+    # As BentoML builds a service's app: its own routes, the FastAPI app mounted passively at the root.
+    routes = [Route("/livez", lambda request: PlainTextResponse("ok")), PassiveMount("/", api)]
+    namespace = "textbento_test_labels"
+    app = Starlette(routes=routes, middleware=[Middleware(RunnerTrafficMetricsMiddleware, namespace=namespace)])
+    client = TestClient(app)
+    for i in range(30):
+        assert client.get(f"/zz-{i}").status_code == 404
+        assert client.get(f"/v1/models/m{i}").json() == {"model": f"m{i}"}
+        assert client.post("/v1/embeddings").status_code == 200
+        assert client.get("/v1/embeddings").status_code == 405
+    counted = {
+        (sample.labels["endpoint"], sample.labels["http_response_code"]): sample.value
+        for family in prometheus_client.REGISTRY.collect()
+        if family.name == f"{namespace}_request"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+    assert counted == {
+        ("other", "404"): 30,
+        ("/v1/models/{model}", "200"): 30,
+        ("/v1/embeddings", "200"): 30,
+        ("/v1/embeddings", "405"): 30,
+    }
+
+
+def test_the_metric_labels_fix_refuses_a_changed_bentoml(monkeypatch):
+    from bentoml._internal.server.http import instruments
+
+    async def changed(self, scope, receive, send) -> None:
+        await self.app(scope, receive, send)
+
+    monkeypatch.setattr(instruments.RunnerTrafficMetricsMiddleware, "__call__", changed)
+    with pytest.raises(RuntimeError, match="RunnerTrafficMetricsMiddleware changed"):
+        bentoml_fixes.label_metrics_by_route()

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from serving.coalesce import Coalescer, Overloaded
+from serving.coalesce import Coalescer, ItemFailed, Overloaded
 
 
 class GatedCall:
@@ -118,6 +118,36 @@ def test_a_failed_call_fails_its_submits_only():
             with pytest.raises(RuntimeError, match="runner unavailable"):
                 await task
         assert await coalescer.submit([4]) == [8]  # the next call goes out as usual
+
+    asyncio.run(scenario())
+
+
+def test_an_item_the_call_could_not_compute_fails_only_the_submit_that_carried_it():
+    """A call answers one item with ``ItemFailed``: the submit that carried it fails, told the item's place
+    among its own items (across the pieces it was cut into); the submits merged with it get their results."""
+
+    async def scenario():
+        async def call(items: list[int]) -> list:
+            return [ItemFailed("it breaks the model", index=9) if item == 13 else 2 * item for item in items]
+
+        blocker_released = asyncio.Event()
+
+        async def gated(items: list[int]) -> list:
+            if items == [0]:
+                await blocker_released.wait()
+            return await call(items)
+
+        coalescer = Coalescer(gated, max_items=4, in_flight=1)
+        blocker = asyncio.create_task(coalescer.submit([0]))
+        await settle()
+        merged = [asyncio.create_task(coalescer.submit(items)) for items in ([1, 2], [10, 11, 12, 14, 13], [3])]
+        await settle()
+        blocker_released.set()
+        assert await blocker == [0]
+        assert await merged[0] == [2, 4] and await merged[2] == [6]
+        with pytest.raises(ItemFailed, match="it breaks the model") as failed:
+            await merged[1]
+        assert failed.value.index == 4  # the fifth of its submit's items: the first of its second piece
 
     asyncio.run(scenario())
 

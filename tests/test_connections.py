@@ -1,9 +1,12 @@
-"""Connection timeouts (serving/connections.py): slow clients are cut off, idle connections closed,
-and the Encoder never closes an idle connection its client may still reuse."""
+"""Connection timeouts (serving/connections.py, api/middleware.ReadBodyFirst): slow clients are cut off,
+slow uploads answered 408 without holding an admission slot, idle connections closed, and the Encoder
+never closes an idle connection its client may still reuse."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import resource
 import statistics
 import subprocess
@@ -12,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from serving.settings import ENCODER_KEEP_ALIVE_S
 from tests.conftest import lone_latencies, running
@@ -19,6 +23,8 @@ from tests.conftest import lone_latencies, running
 ROOT = Path(__file__).resolve().parent.parent
 SLOW_CLIENTS = 2000
 HEADER_TIMEOUT_S = 3
+BODY_TIMEOUT_S = 3
+MAX_CONCURRENCY = 4  # per API worker: a few stalled uploads would fill it, were they admitted before their body
 
 
 def test_the_encoder_outlasts_its_clients_keep_alive():
@@ -68,7 +74,12 @@ async def slow_header_connection(host: str, port: int, closed_after: list[float]
 
 @pytest.fixture(scope="module")
 def guarded_server(embed_tag, logs):
-    env = {"TEXTBENTO_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S), "TEXTBENTO_KEEP_ALIVE_S": "2"}
+    env = {
+        "TEXTBENTO_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+        "TEXTBENTO_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
+        "TEXTBENTO_KEEP_ALIVE_S": "2",
+        "TEXTBENTO_MAX_CONCURRENCY": str(MAX_CONCURRENCY),
+    }
     with running(embed_tag, logs, "connections", **env) as server:
         yield server
 
@@ -111,6 +122,59 @@ def test_a_silent_connection_is_closed_at_the_header_deadline(guarded_server):
     assert HEADER_TIMEOUT_S - 0.5 < asyncio.run(silent()) < HEADER_TIMEOUT_S + 5
 
 
+UPLOAD_HEAD = b"POST /v1/embeddings HTTP/1.1\r\nHost: textbento\r\nContent-Type: application/json\r\nContent-Length: 8000000\r\n\r\n{"
+
+
+async def slow_upload(host: str, port: int, byte_every_s: float | None) -> tuple[bytes, float]:
+    """Sends an upload's headers and its first byte, then nothing (``byte_every_s`` None) or a byte every
+    ``byte_every_s``; returns what the server answered, and when it closed the connection."""
+    opened = time.monotonic()
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(UPLOAD_HEAD)
+    answer = b""
+    try:
+        while time.monotonic() - opened < BODY_TIMEOUT_S + 15:
+            try:
+                if not (chunk := await asyncio.wait_for(reader.read(65536), timeout=byte_every_s or 1.0)):
+                    break  # closed by the server
+                answer += chunk
+            except TimeoutError:
+                if byte_every_s is not None:
+                    writer.write(b" ")
+                    await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    writer.close()
+    return answer, time.monotonic() - opened
+
+
+def test_slow_uploads_get_408_and_hold_no_admission_slot(guarded_server):
+    """Uploads that stall or trickle after their first byte are answered 408 at the body deadline and closed;
+    meanwhile ordinary requests are answered 200, though there are more slow uploads than admission slots."""
+    url = guarded_server.url
+    host, port = url.removeprefix("http://").split(":")
+    stalled, trickling = 30, 10
+
+    async def scenario():
+        uploads = [asyncio.create_task(slow_upload(host, int(port), None)) for _ in range(stalled)]
+        uploads += [asyncio.create_task(slow_upload(host, int(port), 0.5)) for _ in range(trickling)]
+        await asyncio.sleep(0.5)
+        probes = await lone_latencies(url, 10, pause_s=0.05)  # each asserts its 200
+        return probes, await asyncio.gather(*uploads)
+
+    probes, uploads = asyncio.run(scenario())
+    closed_after = [seconds for _, seconds in uploads]
+    print(f"\n{stalled} stalled and {trickling} trickling uploads closed after {min(closed_after):.1f}-{max(closed_after):.1f} s")
+    assert len(probes) == 10
+    for answer, seconds in uploads:
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), answer
+        assert json.loads(body)["error"]["type"] == "body_timeout"
+        assert BODY_TIMEOUT_S - 0.5 < seconds < BODY_TIMEOUT_S + 10
+    metrics = requests.get(f"{url}/metrics", timeout=10).text
+    assert float(re.search(r'textbento_rejected_total\{reason="slow_body"\} (\S+)', metrics)[1]) == stalled + trickling
+
+
 def test_an_idle_keep_alive_connection_is_closed(guarded_server):
     """After an answer, the connection waits TEXTBENTO_KEEP_ALIVE_S (2 s here) for the next request."""
     host, port = guarded_server.url.removeprefix("http://").split(":")
@@ -149,7 +213,7 @@ def test_requests_in_progress_counts_the_requests_uvicorn_is_answering():
             await send({"type": "http.response.body", "body": b"ok"})
 
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http="httptools", log_level="warning", lifespan="off"))
-        limit_connections(header_timeout_s=5, keep_alive_s=5)
+        limit_connections(header_timeout_s=5, body_timeout_s=5, keep_alive_s=5)
         serving = asyncio.create_task(server.serve())
         while not server.started:
             await asyncio.sleep(0.01)
@@ -206,3 +270,50 @@ def test_a_lone_short_text_runs_on_the_loop_only_when_nothing_else_is_answered(m
     assert not on_the_loop([text(4)])
     encoder.thread.held, encoder.loop_passes = 0, False
     assert not on_the_loop([text(4)])
+
+
+def test_a_body_still_arriving_after_its_answer_is_cut_at_the_body_deadline():
+    """An app that answers without reading the body (a 401, a 404): each byte that trickles in after the
+    answer stopped uvicorn's keep-alive timer, and the connection was held for as long as the client
+    trickled. The body deadline (plus its grace) closes it."""
+    import uvicorn
+
+    from serving.connections import BODY_GRACE_S, limit_connections
+
+    body_timeout_s = 1.0
+
+    async def scenario() -> float:
+        async def app(scope, receive, send):
+            if scope["type"] != "http":
+                return
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"2")]})
+            await send({"type": "http.response.body", "body": b"no"})
+
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http="httptools", log_level="warning", lifespan="off"))
+        limit_connections(header_timeout_s=5, body_timeout_s=body_timeout_s, keep_alive_s=5)
+        serving = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        opened = time.monotonic()
+        writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n{")
+        assert (await asyncio.wait_for(reader.readuntil(b"no"), 5)).startswith(b"HTTP/1.1 401")
+        try:
+            while time.monotonic() - opened < 15:
+                try:
+                    if await asyncio.wait_for(reader.read(1), timeout=0.2) == b"":
+                        break  # closed by the server
+                except TimeoutError:
+                    writer.write(b" ")
+                    await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        closed_after = time.monotonic() - opened
+        writer.close()
+        server.should_exit = True
+        await serving
+        return closed_after
+
+    closed_after = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert body_timeout_s + BODY_GRACE_S - 0.5 < closed_after < body_timeout_s + BODY_GRACE_S + 3

@@ -2,16 +2,24 @@
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import bentoml
 import pytest
 from transformers import BartConfig, BertConfig, DistilBertConfig, GPT2Config, LlamaConfig, Qwen3Config, T5Config
 
+from harness.testmodels import build_decoder, build_decoder_tokenizer
 from models.detection import UnsupportedModel, detect_task, read_sentence_transformers
-from models.spec import ModelSpec
-from models.store import default_model_dir
+from models.spec import PASS_MEMORY, REFERENCE_BUDGET, ModelSpec, memory_cap, pass_bytes, shape_of
+from models.store import default_model_dir, import_model
+from models.tokenization import TextTokenizer
+from serving.settings import Settings
 from tests.conftest import run_import
 from train_import.import_model import main
+
+# A decoder whose position table is Qwen3's 32,768, tiny otherwise but for its 16 heads: what one pass costs grows with them.
+LONG_DECODER = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 8}
+LONG_DECODER_CAP = 2816
 
 
 def test_detects_classifier_and_encoder_tasks():
@@ -89,6 +97,7 @@ def test_default_import_records_the_spec(embed_tag):
     assert spec == ModelSpec(
         task="embed",
         max_length=256,
+        model_max_length=512,
         pooling="mean",
         normalize=True,
         dimensions=384,
@@ -163,3 +172,50 @@ def test_cli_subprocess_reports_failure_on_stderr(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip() == f"import failed: no such directory: {tmp_path / 'nope'}"
     assert result.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def long_decoder_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("long-decoder")
+    tokenizer = build_decoder_tokenizer(root / "tokenizer", ["a few words to learn merges from", "and a few more words"] * 20)
+    config = Qwen3Config(vocab_size=400, intermediate_size=64, max_position_embeddings=32768, **LONG_DECODER)
+    return build_decoder(root / "model", tokenizer, config)
+
+
+def test_the_cap_is_the_longest_length_whose_pass_fits_memory():
+    """Qwen3-0.6B's shape (16 heads, FFN 3,072): 2,560 of its 32,768; an encoder's 512 is never lowered."""
+    qwen3 = shape_of(Qwen3Config(hidden_size=1024, intermediate_size=3072, num_attention_heads=16).to_dict(), "embed")
+    assert memory_cap(32768, qwen3) == 2560
+    assert pass_bytes(2560, qwen3) <= PASS_MEMORY < pass_bytes(2560 + 256, qwen3)
+    assert memory_cap(512, shape_of(BertConfig().to_dict(), "embed")) == 512
+    assert memory_cap(512, shape_of(BertConfig().to_dict(), "sparse")) == 512  # its vocabulary's logits too
+    assert Settings.model_fields["token_budget"].default == REFERENCE_BUDGET
+
+
+def test_a_decoder_with_a_32k_position_table_is_capped_at_import_and_its_texts_cut_to_it(long_decoder_dir):
+    stored = bentoml.models.get(import_model(long_decoder_dir, name="long-decoder", onnx=False))
+    spec = ModelSpec.of(stored)
+    assert (spec.max_length, spec.model_max_length) == (LONG_DECODER_CAP, 32768)
+    assert stored.info.metadata["max_length"] == LONG_DECODER_CAP and stored.info.metadata["model_max_length"] == 32768
+    (encoded,) = TextTokenizer(stored.path, spec.max_length).encode(["words " * 5000])
+    assert len(encoded.ids) == LONG_DECODER_CAP and encoded.truncated
+
+
+def test_max_length_at_import_goes_past_the_cap_up_to_the_models_limit(long_decoder_dir, capsys):
+    assert main(["--path", str(long_decoder_dir), "--name", "long-decoder-8k", "--max-length", "8192", "--no-onnx"]) == 0
+    out, err = capsys.readouterr()
+    assert ModelSpec.of(bentoml.models.get(out.strip())).max_length == 8192
+    assert "--max-length 8192: one pass of a text that long holds about" in err
+    assert main(["--path", str(long_decoder_dir), "--name", "bad", "--max-length", "40000", "--no-onnx"]) == 1
+    assert capsys.readouterr().err.strip() == "import failed: --max-length 40000 is past the model's limit of 32768 tokens"
+
+
+def test_a_model_stored_without_a_cap_still_loads_and_is_capped_as_an_import_would(long_decoder_dir):
+    """Metadata written before the cap was recorded: the decoder's 32,768 is capped from its config.json; MiniLM's 256 stays."""
+    stored = bentoml.models.get(import_model(long_decoder_dir, name="long-decoder-before", onnx=False))
+    before = {key: value for key, value in stored.info.metadata.items() if key != "model_max_length"} | {"max_length": 32768}
+    spec = ModelSpec.of(SimpleNamespace(info=SimpleNamespace(metadata=before), path=stored.path))
+    assert (spec.max_length, spec.model_max_length) == (LONG_DECODER_CAP, 32768)
+    minilm = {"task": "embed", "max_length": 256, "pooling": "mean", "normalize": True, "dimensions": 384}
+    spec = ModelSpec.of(SimpleNamespace(info=SimpleNamespace(metadata=minilm), path=default_model_dir()))
+    assert (spec.max_length, spec.model_max_length) == (256, 256)

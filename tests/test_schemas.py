@@ -1,9 +1,16 @@
 """Request and response models: what is accepted, what is refused and how errors name the field."""
 
-import pytest
-from pydantic import ValidationError
+from typing import Annotated, Literal, get_args, get_origin
 
-from api.types import ClassifyRequest, EmbeddingsRequest, SentimentRequest
+import pytest
+from annotated_types import MaxLen
+from pydantic import BaseModel, PlainValidator, ValidationError
+
+import api.cohere
+import api.tei
+import api.types
+from api.errors import APIError
+from api.types import DECODABLE, ClassifyRequest, EmbeddingsRequest, Request, SentimentRequest
 
 
 def test_single_text_becomes_a_list():
@@ -39,3 +46,132 @@ def test_embeddings_accepts_openai_fields_and_rejects_unknown_formats():
 def test_sentiment_needs_text():
     with pytest.raises(ValidationError):
         SentimentRequest.model_validate({"text": ""})
+
+
+# Every request model, nested ones too: each is a ``Request`` (unknown fields refused).
+def request_models(base: type = Request) -> list[type]:
+    found = []
+    for model in base.__subclasses__():
+        found += [model, *request_models(model)]
+    return found
+
+
+REQUEST_MODELS = request_models()
+# Validators that read the raw value themselves: each checks its strings (and counts a batch) by hand,
+# as test_every_route_refuses_undecodable_text_naming_the_field and test_a_list_too_long_... try.
+CHECKED_BY_HAND = {"_text_or_pair", "_predict_inputs"}
+
+
+def unchecked(annotation, around=(), where="") -> list[str]:
+    """Where ``annotation`` holds a ``str`` not annotated with ``DECODABLE``, or a ``list`` neither counted
+    (``api.types.counted``) nor of a bounded length; ``around`` is the metadata directly around it."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        inner, *metadata = args
+        plain = [m for m in metadata if isinstance(m, PlainValidator)]
+        if plain:
+            return [] if plain[-1].func.__name__ in CHECKED_BY_HAND else [f"{where}: {plain[-1].func.__name__}"]
+        return unchecked(inner, (*around, *metadata), where)
+    if annotation is str:
+        return [] if any(m is DECODABLE for m in around) else [f"{where}: str"]
+    if origin is Literal:
+        return []
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [problem for name, field in annotation.model_fields.items() for problem in unchecked_field(field, f"{where}.{name}")]
+    problems = []
+    if origin is list:
+        counted = any(getattr(getattr(m, "func", None), "__qualname__", "").startswith("counted.") for m in around)
+        problems += [] if counted or any(isinstance(m, MaxLen) for m in around) else [f"{where}: a list of any length"]
+    return problems + [problem for arg in args for problem in unchecked(arg, (), where)]
+
+
+def unchecked_field(field, where: str) -> list[str]:
+    return unchecked(field.annotation, tuple(field.metadata), where)
+
+
+@pytest.mark.parametrize("model", REQUEST_MODELS, ids=lambda model: f"{model.__module__}.{model.__name__}")
+def test_every_string_of_every_request_is_checked_and_every_list_bounded_before_its_items(model):
+    """No route can forget either check: a string field is a ``Unicode`` or ``Text`` (422 for text the
+    tokenizer cannot read), a list is counted against ``max_inputs`` before its items are read."""
+    assert unchecked(model, where=model.__name__) == []
+
+
+SURROGATE = "a\ud800b"
+UNDECODABLE = [
+    (api.types.ClassifyRequest, {"inputs": ["ok", SURROGATE]}, ("inputs", 1)),
+    (api.types.ClassifyRequest, {"inputs": [["ok", SURROGATE]]}, ("inputs", 0)),
+    (api.types.EmbeddingsRequest, {"input": "x", "prompt": "\udc00"}, ("prompt",)),
+    (api.types.EmbeddingsRequest, {"input": "x", "prompt_name": SURROGATE}, ("prompt_name",)),
+    (api.types.EmbeddingsRequest, {"input": "x", "model": SURROGATE}, ("model",)),
+    (api.types.EmbeddingsRequest, {"input": "x", "user": SURROGATE}, ("user",)),
+    (api.types.MultiVectorRequest, {"input": [SURROGATE]}, ("input", 0)),
+    (api.types.RerankRequest, {"query": SURROGATE, "documents": ["d"]}, ("query",)),
+    (api.types.RerankRequest, {"query": "q", "documents": ["d", SURROGATE]}, ("documents", 1)),
+    (api.types.SentimentRequest, {"text": SURROGATE}, ("text",)),
+    (api.tei.EmbedRequest, {"inputs": SURROGATE}, ("inputs", 0)),
+    (api.tei.EmbedSparseRequest, {"inputs": ["x"], "prompt_name": SURROGATE}, ("prompt_name",)),
+    (api.tei.EmbedAllRequest, {"inputs": [SURROGATE]}, ("inputs", 0)),
+    (api.tei.PredictRequest, {"inputs": SURROGATE}, ("inputs",)),
+    (api.tei.PredictRequest, {"inputs": [["ok"], ["ok", SURROGATE]]}, ("inputs",)),
+    (api.tei.RerankRequest, {"query": "q", "texts": [SURROGATE]}, ("texts", 0)),
+    (api.tei.SimilarityRequest, {"inputs": {"source_sentence": SURROGATE, "sentences": ["s"]}}, ("inputs", "source_sentence")),
+    (api.tei.SimilarityRequest, {"inputs": {"source_sentence": "s", "sentences": [SURROGATE]}}, ("inputs", "sentences", 0)),
+    (api.tei.TokenizeRequest, {"inputs": SURROGATE}, ("inputs", 0)),
+    (api.tei.TokenizeRequest, {"inputs": "x", "prompt_name": SURROGATE}, ("prompt_name",)),
+    (api.cohere.EmbedRequest, {"texts": ["ok", SURROGATE]}, ("texts", 1)),
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "location"),
+    UNDECODABLE,
+    ids=[f"{model.__module__}.{model.__name__}:{'.'.join(map(str, at))}" for model, _, at in UNDECODABLE],
+)
+def test_every_route_refuses_undecodable_text_naming_the_field(model, body, location):
+    with pytest.raises(ValidationError) as error:
+        model.model_validate(body)
+    (first,) = error.value.errors()
+    assert (first["loc"], first["type"]) == (location, "string_unicode")
+    assert "lone surrogate (U+D" in first["msg"]
+
+
+def test_valid_unicode_beyond_ascii_is_kept_as_it_is():
+    texts = ["déjà vu 🙂", "日本語", "\u200b"]  # accents, a pair of surrogates in UTF-16 (one code point here), zero-width
+    assert api.types.EmbeddingsRequest(input=texts, prompt="🙂 ").input == texts
+
+
+TOO_MANY = 200_000
+# Each list of texts, TOO_MANY long, its last item invalid: validated item by item, it would be a 422 naming that item.
+LISTS = [
+    (api.types.ClassifyRequest, lambda texts: {"inputs": texts}, "inputs"),
+    (api.types.EmbeddingsRequest, lambda texts: {"input": texts}, "input"),
+    (api.types.MultiVectorRequest, lambda texts: {"input": texts}, "input"),
+    (api.types.RerankRequest, lambda texts: {"query": "q", "documents": texts}, "documents"),
+    (api.tei.EmbedRequest, lambda texts: {"inputs": texts}, "inputs"),
+    (api.tei.EmbedSparseRequest, lambda texts: {"inputs": texts}, "inputs"),
+    (api.tei.EmbedAllRequest, lambda texts: {"inputs": texts}, "inputs"),
+    (api.tei.PredictRequest, lambda texts: {"inputs": [[text] for text in texts]}, "inputs"),
+    (api.tei.RerankRequest, lambda texts: {"query": "q", "texts": texts}, "texts"),
+    (api.tei.SimilarityRequest, lambda texts: {"inputs": {"source_sentence": "s", "sentences": texts}}, "inputs.sentences"),
+    (api.tei.TokenizeRequest, lambda texts: {"inputs": texts}, "inputs"),
+    (api.cohere.EmbedRequest, lambda texts: {"texts": texts}, "texts"),
+]
+
+
+@pytest.mark.parametrize(("model", "body", "param"), LISTS, ids=[row[0].__module__ + "." + row[0].__name__ for row in LISTS])
+def test_a_list_too_long_is_refused_before_its_items_are_read(model, body, param):
+    """413 ``too_many_inputs`` from the list's length alone: its items, the invalid last one included, are
+    never validated (a body of millions of tiny texts would otherwise be validated on the event loop)."""
+    with pytest.raises(APIError) as error:
+        model.model_validate(body(["x"] * (TOO_MANY - 1) + [7]))
+    refused = error.value
+    assert (refused.status, refused.type, refused.param) == (413, "too_many_inputs", param)
+    assert refused.message == f"{TOO_MANY} inputs in one request; the limit is 256"
+    model.model_validate(body(["x"] * 256))  # the limit itself is accepted
+
+
+def test_a_predict_pair_is_one_input_however_few_inputs_are_allowed(monkeypatch):
+    monkeypatch.setattr(api.tei.settings, "max_inputs", 1)
+    assert api.tei.PredictRequest.model_validate({"inputs": ["query", "passage"]}).inputs.items == [("query", "passage")]
+    with pytest.raises(APIError):
+        api.tei.PredictRequest.model_validate({"inputs": [["a"], ["b"]]})

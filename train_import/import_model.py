@@ -40,8 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-length",
         type=int,
-        help="most tokens per text, longer texts are cut (default: the model's limit, e.g. sentence-transformers' "
-        "max_seq_length or its position table, 32,768 for some decoders; a text that long runs alone in one pass)",
+        help="most tokens per text, longer texts are cut (default: sentence-transformers' max_seq_length, else the "
+        "position table, within what one pass of a text that long holds in 2 GiB: 2,560 for Qwen3-0.6B of its 32,768; "
+        "up to the model's limit, docs/models.md)",
     )
     parser.add_argument(
         "--calibration",
