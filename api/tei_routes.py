@@ -156,7 +156,8 @@ async def tei_root(body: dict[str, Any] = Body(), model: str | None = None, serv
     the body: ``InferenceClient(model="http://host:3000/?model=classifier")``."""
     if model is not None:
         body = {**body, "model": model}
-    served = server.models.named(body.get("model") if isinstance(body.get("model"), str) else None)
+    named = parse(tei.TEIRequest, {"model": body["model"]}).model if "model" in body else None  # 422 for a model that is no name
+    served = server.models.named(named)
     if served.spec.task == "multivector":
         return await (
             tei_rerank(parse(tei.RerankRequest, body), server) if "query" in body else embed_all(parse(tei.EmbedAllRequest, body), server)

@@ -337,6 +337,26 @@ def storm(d: dict) -> list[str]:
     ]
 
 
+def hostile(d: dict) -> list[str]:
+    """One row per phase of ``make hostile``: what was sent, what it got, and what came back to its start."""
+    rows = []
+    for name, phase in d["phases"].items():
+        before, after = phase["before"], phase["after"]
+        rows.append(
+            [
+                f"`{name}`",
+                ", ".join(f"{status}: {n(count)}" for status, count in sorted(phase["statuses"].items())),
+                f"{n(before['metrics_bytes'])} → {n(after['metrics_bytes'])}",
+                f"{before['rss_mib']:.0f} → {after['rss_mib']:.0f}",
+                f"{before['open_files']} → {after['open_files']}",
+                ", ".join(f"{status}: {n(count)}" for status, count in phase["next"]["statuses"].items()),
+            ]
+        )
+    lines = [f"Hostile clients (`make hostile`, keys set): {d['seconds']} s; " + ("passed." if d["passed"] else "**failed**."), ""]
+    lines += table(["phase", "answers", "/metrics bytes", "RSS MiB", "open files", "the next 1,000"], rows) + [""]
+    return lines + ([f"Failures: {'; '.join(d['failures'])}.", ""] if d["failures"] else [])
+
+
 def reliability(files: dict) -> list[str]:
     soak = files["soak.json"]
     lines = [
@@ -347,6 +367,8 @@ def reliability(files: dict) -> list[str]:
     ]
     if "storm.json" in files:
         lines += storm(files["storm.json"])
+    if "hostile.json" in files:
+        lines += hostile(files["hostile.json"])
     chaos = {k: v for k, v in files.items() if k.startswith("chaos")}
     rows = [
         [
@@ -511,7 +533,7 @@ SECTIONS = [
     ("Memory", ["memory.json", "budget.json"], memory),
     ("Several models in one server (`python -m bench.studies.several_models`)", ["several-models.json"], several_models),
     ("Under impatient load", ["goodput*.json"], goodput),
-    ("Reliability runs", ["soak.json", "storm.json", "chaos*.json", "locust-runs*.json"], reliability),
+    ("Reliability runs", ["soak.json", "storm.json", "hostile.json", "chaos*.json", "locust-runs*.json"], reliability),
     ("Decoder-only embedders (`python -m bench.studies.decoder_footprint`)", ["decoder-footprint.json"], decoders),
     ("SPLADE: int8 against fp32 (`python -m bench.studies.sparse_int8`)", ["sparse-int8.json"], sparse),
     (

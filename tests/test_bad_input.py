@@ -136,6 +136,7 @@ def test_limits_at_the_boundary_are_accepted(embed_url):
         ("/similarity", {"inputs": {"source_sentence": "\ud800", "sentences": ["s"]}}, "inputs.source_sentence"),
         ("/predict", {"inputs": "\ud800"}, "inputs"),
         ("/v2/embed", {"texts": ["ok", "\ud800"]}, "texts.1"),
+        ("/", {"inputs": "ok", "model": "\ud800"}, "model"),  # TEI's root picks its route by the model: checked first
     ],
 )
 def test_undecodable_text_on_tei_and_cohere_routes_gets_422_in_their_shape(embed_url, path, body, param):
