@@ -6,7 +6,7 @@ aiohttp, but no inference runtime (torch, onnxruntime) and no HTTP framework of 
 
 - ``settings``  serving configuration from ``TEXTBENTO_*`` environment variables, derived values included
 - ``coalesce``  concurrent requests' texts → fewer, larger calls to the Encoder (API workers)
-- ``hop``       the call to the Encoder, sent again when its connection failed before any answer
+- ``hop``       the call to the Encoder: sent again when the Encoder never read it, text by text when it died computing it
 - ``wire``      what that call carries: token ids and rows as bytes, one chunk per call
 - ``dispatch``  BentoML's adaptive batcher without its learned idle wait
 - ``drain``     on SIGTERM, the Encoder answers its callers' last calls before it stops

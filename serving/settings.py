@@ -50,9 +50,10 @@ class Settings(BaseSettings):
     max_latency_ms: int | None = Field(
         None, ge=1, description="adaptive batcher sheds (503) past this predicted latency; default: the timeout"
     )
-    # serving/hop.py: a keep-alive race with the Encoder's server, or the Encoder restarting.
+    # serving/hop.py: a keep-alive race with the Encoder's server, or the Encoder restarting. A call the
+    # Encoder read and died computing is not sent again whole: its texts are, alone, once each.
     encoder_attempts: int = Field(
-        3, ge=1, description="times a call to the Encoder is sent when its connection fails before the whole answer"
+        3, ge=1, description="times a call the Encoder never read is sent (1: a call is never sent again, in whole or text by text)"
     )
     # Measured at 1 text/request, c=64, 2 workers (docs/design.md): see serving/coalesce.py.
     calls_in_flight: int = Field(
