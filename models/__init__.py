@@ -21,3 +21,10 @@ One module, one job:
 - ``quantize``     fp32 ONNX graph → per-token int8 (CPU) and fp16 (CUDA) graphs (import time only)
 - ``onnx_layout``  where those graphs live, for the exporter and the ONNX backend
 """
+
+import os
+
+# ONNX Runtime (1.31 on Linux) writes a device id under $HOME and sends usage events to Microsoft's
+# collector from every process that imports it, unless told not to: a server owes nobody that, and a
+# pod on a read-only root with no egress (deploy/kubernetes) cannot. Set before anything imports it.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")

@@ -11,6 +11,8 @@ import functools
 import io
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import bentoml
@@ -32,6 +34,8 @@ from tests.conftest import assert_chosen_by_auto
 from tests.reference import backend_outputs
 from tests.reference import sentence_embeddings as sentence_embeddings_of
 from train_import.export_onnx import main as export_main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TOPICS = {
     "cooking": "garlic onions simmer oven bake flour butter recipe spicy soup roast basil pasta kitchen chef saffron",
@@ -226,6 +230,15 @@ def test_import_saves_the_graphs_by_default(embed_tag: str, topic_classifier_tag
     for tag in (embed_tag, topic_classifier_tag):  # the CLI's default, and import_model's
         assert all((onnx_dir(bentoml.models.get(tag).path) / name).is_file() for name in (FP32, INT8, FP16))
     assert ModelSpec.of(bentoml.models.get(topic_classifier_tag)).labels == tuple(TOPICS)
+
+
+def test_onnx_runtime_writes_nothing_home_and_sends_no_telemetry(tmp_path: Path):
+    """ONNX Runtime alone writes a device id under $HOME (and would send usage events); imported by textbento, it does not."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", "import models.backends.onnx_backend"], cwd=ROOT, env=env, check=True)
+    assert list(home.iterdir()) == []
 
 
 def test_settings_accept_the_onnx_backends():
