@@ -253,7 +253,6 @@ def test_backend_names_a_missing_export(plain_embed_tag: str):
         load(plain_embed_tag, "onnx")
 
 
-@pytest.mark.int8
 def test_auto_serves_the_fastest_faithful_graph_and_torch_without_graphs(embed_tag: str, plain_embed_tag: str):
     backend = load(embed_tag, "auto")[0]
     trials = [trial.as_dict() for trial in backend.trials]
@@ -281,7 +280,6 @@ def test_default_embeddings_match_transformers(embed_tag: str):
     assert agreement >= 0.99, agreement
 
 
-@pytest.mark.int8
 def test_per_tensor_int8_would_miss_the_gate(embed_tag: str, tmp_path: Path):
     """The gate can fail: ONNX Runtime's per-tensor dynamic int8, on the texts alone, misses it (min 0.974)."""
     stored = bentoml.models.get(embed_tag)
@@ -297,7 +295,6 @@ def test_per_tensor_int8_would_miss_the_gate(embed_tag: str, tmp_path: Path):
     assert cosine.min() < 0.99, cosine.min()
 
 
-@pytest.mark.int8
 def test_default_labels_agree_with_torch(topic_classifier_tag: str):
     """Labels of the default backend vs transformers, on every text whose label torch decides.
 
@@ -345,7 +342,6 @@ def test_openvino_meets_the_gates_and_batch_invariance(embed_tag: str):
     assert cosines(alone, served[::40]).min() >= 0.99999
 
 
-@pytest.mark.int8
 def test_a_window_in_whole_passes_per_stream_equals_the_encoders_passes(embed_tag: str):
     """``run_window`` (bulk jobs: whole passes, one per stream at once) answers what ``run_batch`` does
     (every pass cut across the streams), row for row, in the input's order, with many passes in flight."""
@@ -356,7 +352,7 @@ def test_a_window_in_whole_passes_per_stream_equals_the_encoders_passes(embed_ta
 
 
 @pytest.mark.slow  # its models come through getfixturevalue, which the slow-fixture marking cannot see
-@pytest.mark.parametrize("backend", ["onnx", pytest.param("onnx-int8", marks=pytest.mark.int8)])
+@pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
 @pytest.mark.parametrize("tag_fixture", ["embed_onnx_tag", "topic_classifier_tag"])
 def test_a_text_alone_equals_the_text_in_a_mixed_batch(backend: str, tag_fixture: str, request):
     model, spec, ids = load(request.getfixturevalue(tag_fixture), backend)
