@@ -30,7 +30,7 @@ from api import cohere_routes, tei_routes
 from api.catalog import Catalog, ServedModel, shown_source
 from api.compact import by_type, refuse_unservable
 from api.errors import ERROR_RESPONSES, install_error_handlers
-from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CancelWhenGone, CountAnswers, JsonBodyOnly, ReadBodyFirst
+from api.middleware import AdmissionLimit, BearerAuth, BodySizeLimit, CancelWhenGone, CountAnswers, JsonBodyOnly, ReadBodyFirst, Utf8Query
 from api.options import prompt_for
 from api.pipeline import Pipeline
 from api.responses import base64_floats, usage
@@ -205,6 +205,7 @@ app.add_middleware(AdmissionLimit, limit=settings.max_concurrency * len(ENCODERS
 app.add_middleware(ReadBodyFirst, timeout_s=settings.body_timeout_s)  # admission counts from the body's end
 app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
 app.add_middleware(JsonBodyOnly)
+app.add_middleware(Utf8Query)
 app.add_middleware(CountAnswers, routes=lambda: app.openapi()["paths"])  # the declared routes
 app.add_middleware(CancelWhenGone)
 app.include_router(tei_routes.router)  # text-embeddings-inference's API, over the pipeline below

@@ -9,6 +9,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from functools import cached_property
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -54,6 +55,30 @@ class BearerAuth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.protects(scope["path"]) and not self.authorized(scope):
             error = APIError(401, "unauthorized", "missing or invalid API key: send Authorization: Bearer <key>")
+            return await reject(error, scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+def undecodable_parameter(query_string: bytes) -> str | None:
+    """The first query parameter whose name or value is not UTF-8 once percent-decoded (Starlette would
+    read it as U+FFFD, and a model named so would be looked up as if sent); None when all are."""
+    for name, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, encoding="latin-1"):
+        try:
+            name.encode("latin-1").decode(), value.encode("latin-1").decode()
+        except UnicodeDecodeError:
+            return name.encode("latin-1").decode(errors="replace")
+    return None
+
+
+class Utf8Query:
+    """A query string is UTF-8 once percent-decoded, as a JSON body is: else 422 naming the parameter."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["query_string"] and (name := undecodable_parameter(scope["query_string"])) is not None:
+            error = APIError(422, "invalid_request", f"{name}: not valid UTF-8 once percent-decoded", name)
             return await reject(error, scope, receive, send)
         await self.app(scope, receive, send)
 

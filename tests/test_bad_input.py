@@ -147,6 +147,14 @@ def test_undecodable_text_on_tei_and_cohere_routes_gets_422_in_their_shape(embed
     assert message.startswith(f"{param}: not valid Unicode: a lone surrogate")
 
 
+@pytest.mark.parametrize("query", ["model=%FF", "model=%ED%A0%80", "model=ok&%C3=x"])
+def test_a_query_parameter_that_is_not_utf8_gets_422_naming_it(embed_url, query):
+    """A UTF-8-encoded surrogate or a stray byte would be read as U+FFFD and looked up as a model name."""
+    response = requests.post(f"{embed_url}/?{query}", json={"inputs": "ok"}, timeout=30)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"].endswith("not valid UTF-8 once percent-decoded")
+
+
 def test_tokenize_lists_at_most_its_token_limit(embed_url):
     """14 texts of 10,002 tokens: the 14th passes TEXTBENTO_MAX_TOKENIZE_TOKENS (131,072), and is named."""
     over = send(embed_url, "/tokenize", {"inputs": ["a " * 10_000] * 14}, JSON)
