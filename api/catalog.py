@@ -10,20 +10,27 @@ answer from a route meant for another.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
+import bentoml
 import numpy as np
 from bentoml.exceptions import BentoMLException
 
+from models.calibration import load_ranges
 from models.spec import ModelSpec
+from models.tasks import task_of
 from models.tokenization import Side, SideTokenizer, TextTokenizer
 from serving.coalesce import Coalescer
+from serving.gone import Forgetter
+from serving.hop import LoneCalls, resend_unanswered
+from serving.settings import settings
 
 from .errors import APIError
+from .flow import Admission, unavailable
 
 # What a route asks of a model: a reranker is a classifier with one label (a cross-encoder's score),
 # or a multi-vector model (its MaxSim).
@@ -42,10 +49,8 @@ class ServedModel:
     calls: Coalescer[bytes, tuple[bytes, Any]]  # this model's Encoder calls, shared by concurrent requests
     encoder: Callable[[], Any]  # the Encoder's BentoML client (made when first used), for its runtime card
     forget: Callable[[int], None]  # tells the Encoder a request was given up (serving.gone.Forgetter)
+    admission: Admission  # its share of the worker (``api/flow.py``)
     aliases: frozenset[str] = field(default_factory=frozenset)
-    # Admission per model: a slow or restarting model fills its own share of a worker, not the others'.
-    max_in_flight: int = 512
-    in_flight: int = 0
     runtime_card: dict[str, Any] | None = None  # the Encoder's last answer to ``runtime()``
     ranges: np.ndarray | None = None  # an embedder's int8/uint8 calibration ranges (models.calibration)
     sides: dict[Side, SideTokenizer] = field(default_factory=dict)  # a multi-vector model's query and document tokenizers
@@ -55,37 +60,41 @@ class ServedModel:
         it does not answer within ``within_s`` (restarting after a crash, loading), its last answer, so
         that the model list and TEI's /info stay up while one Encoder restarts. 503 before any answer."""
         try:
-            self.runtime_card = await asyncio.wait_for(self.encoder().to_async.device(), within_s)
+            self.runtime_card = await asyncio.wait_for(self.encoder().to_async.runtime(), within_s)
         except (TimeoutError, aiohttp.ClientError, BentoMLException):
             if self.runtime_card is None:
-                raise APIError(503, "runner_unavailable", f"model {self.name!r} is starting; retry shortly", retry_after=1) from None
+                raise unavailable(self.name) from None
         return self.runtime_card
 
     def does(self, need: Need) -> bool:
-        if need == "rerank":
-            return (self.spec.task == "classify" and len(self.spec.labels) == 1) or self.spec.task == "multivector"
-        return self.spec.task == need
+        return need in task_of(self.spec).route_families(self.spec)
 
-    @contextmanager
-    def admitted(self) -> Iterator[None]:
-        """One request of this model in flight in this worker; 429 past ``max_in_flight``."""
-        if self.in_flight >= self.max_in_flight:
-            message = f"over {self.max_in_flight} requests in flight for model {self.name!r}; retry shortly"
-            raise APIError(429, "too_many_requests", message, retry_after=1)
-        self.in_flight += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
+    def what_it_does(self) -> str:
+        """What it does, as an error message names it: ``'embed'``, ``'sparse'``, ``'rerank'``, ``'classify' (n labels)``
+        or ``'multivector'`` with its routes (it has no single vector per text to give)."""
+        return task_of(self.spec).what_it_does(self.spec)
 
-    def kind(self) -> str:
-        """What it does, as a 400 names it: ``'embed'``, ``'sparse'``, ``'rerank'``, ``'classify' (n labels)`` or
-        ``'multivector'`` with its routes (it has no single vector per text to give)."""
-        if self.spec.task == "classify":
-            return "'rerank'" if len(self.spec.labels) == 1 else f"'classify' ({len(self.spec.labels)} labels)"
-        if self.spec.task == "multivector":
-            return "'multivector' (a vector per token: /v1/multivector, /embed_all; MaxSim on /v1/rerank, /rerank)"
-        return repr(self.spec.task)
+
+def served_model(model: bentoml.models.BentoModel, encoder: Callable[[], Any]) -> ServedModel:
+    """The stored ``model`` as an API worker serves it, through ``encoder`` (its Encoder's client, made when
+    first called): its tokenizer, and its calls to the Encoder, shared by concurrent requests (``serving/coalesce.py``)."""
+    stored = ModelSpec.of(model)
+    spec = dataclasses.replace(stored, source=shown_source(stored.source))  # what /v1/models and /info show
+    encode = resend_unanswered(lambda token_ids: encoder().to_async.encode(token_ids), settings.encoder_attempts, LoneCalls(model.tag.name))
+    return ServedModel(
+        name=model.tag.name,
+        tag=str(model.tag),
+        created=int(model.info.creation_time.timestamp()),
+        spec=spec,
+        tokenizer=TextTokenizer(model.path, spec.max_length),
+        calls=Coalescer(encode, max_items=settings.max_batch_size, in_flight=settings.calls_in_flight),
+        encoder=encoder,
+        forget=Forgetter(lambda keys: encoder().to_async.forget(keys)),
+        admission=Admission(model.tag.name, settings.max_concurrency),
+        aliases=frozenset({model.tag.name, str(model.tag), stored.source, spec.source} - {""}),
+        ranges=load_ranges(model.path),
+        sides=task_of(spec).side_tokenizers(model.path, spec),
+    )
 
 
 def shown_source(source: str) -> str:
@@ -113,7 +122,7 @@ class Catalog(Sequence[ServedModel]):
 
     def listing(self) -> str:
         """The served models and what each does, as an error names them."""
-        return "; ".join(f"{model.name!r}, which does {model.kind()}" for model in self.models)
+        return "; ".join(f"{model.name!r}, which does {model.what_it_does()}" for model in self.models)
 
     def named(self, name: str | None) -> ServedModel:
         """The model ``name`` names (404 if none does); the first served when ``name`` is None."""
@@ -130,7 +139,7 @@ class Catalog(Sequence[ServedModel]):
         if name is not None:
             found = self.named(name)
             if not found.does(need):
-                raise APIError(400, "wrong_task", f"model {found.name!r} does {found.kind()}, not {need!r}", "model")
+                raise APIError(400, "wrong_task", f"model {found.name!r} does {found.what_it_does()}, not {need!r}", "model")
             return found
         able = sorted((model for model in self.models if model.does(need)), key=lambda model: model.does("rerank"))
         if not able:

@@ -60,7 +60,7 @@ ERRORS = {
     408: "request body not received within the body timeout",
     429: "too many requests in flight (Retry-After)",
     500: "the model failed on an input, or answered a number that is not finite",
-    503: "runner overloaded or unavailable (Retry-After)",
+    503: "the model's Encoder overloaded or unavailable (Retry-After)",
     504: "not answered within the timeout (Retry-After)",
 }
 # Declared on every route, so the OpenAPI schema tells clients (and schemathesis) the real shape.
@@ -112,11 +112,11 @@ def _from_dependency(exc: BentoMLException) -> APIError:
     """The Encoder's errors, by status; its messages are internal and never reach the client."""
     status = int(exc.error_code)
     if status in (429, 503):
-        return APIError(503, "overloaded", "the model runner is overloaded; retry shortly", retry_after=1)
+        return APIError(503, "overloaded", "the model's Encoder is overloaded; retry shortly", retry_after=1)
     if status == 504:
-        return APIError(504, "timeout", "the model runner did not answer in time")
-    logger.error("model runner failed: %s", exc)
-    return APIError(502, "runner_error", "the model runner failed to answer this request")
+        return APIError(504, "timeout", "the model's Encoder did not answer in time")
+    logger.error("a model's Encoder failed: %s", exc)
+    return APIError(502, "runner_error", "the model's Encoder failed to answer this request")
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -144,9 +144,9 @@ def install_error_handlers(app: FastAPI) -> None:
         message = f"the model failed on text {failed.index} of this request ({failed.reason}); sent again, it would fail again"
         return error_response(APIError(500, "model_failed", message), request.url.path)
 
-    async def on_runner_unreachable(request: Request, exc: aiohttp.ClientError) -> JSONResponse:
-        logger.error("model runner unreachable: %r", exc)
-        error = APIError(503, "runner_unavailable", "the model runner is unavailable; retry shortly", retry_after=1)
+    async def on_encoder_unreachable(request: Request, exc: aiohttp.ClientError) -> JSONResponse:
+        logger.error("a model's Encoder is unreachable: %r", exc)
+        error = APIError(503, "runner_unavailable", "the model's Encoder is unavailable; retry shortly", retry_after=1)
         return error_response(error, request.url.path)
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -158,5 +158,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ItemFailed, on_failed_text)
     app.add_exception_handler(HTTPException, on_http)
     app.add_exception_handler(BentoMLException, on_dependency)
-    app.add_exception_handler(aiohttp.ClientError, on_runner_unreachable)
+    app.add_exception_handler(aiohttp.ClientError, on_encoder_unreachable)
     app.add_exception_handler(Exception, on_unexpected)

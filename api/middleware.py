@@ -9,8 +9,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from functools import cached_property
+from typing import Any
 from urllib.parse import parse_qsl
 
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serving.gone import DEADLINE_HEADERS, deadline, deadline_of
@@ -127,8 +129,8 @@ class BodySizeLimit:
 
 
 class ReadBodyFirst:
-    """The whole body is read before the routes see the request, so that admission (``AdmissionLimit``, and
-    each model's) counts a request from the moment its body is complete: a slow upload holds a connection,
+    """The whole body is read before the routes see the request, so that admission (each model's share of the
+    worker: ``api/flow.py``) counts a request from the moment its body is complete: a slow upload holds a connection,
     never a slot. A body not complete within ``timeout_s`` gets 408 and its connection is closed.
 
     Inside ``BodySizeLimit``, which counts what is read here (413 past the limit).
@@ -163,25 +165,6 @@ async def read_body(receive: Receive) -> deque[Message]:
     while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
         messages.append(await receive())
     return messages
-
-
-class AdmissionLimit:
-    """At most ``limit`` requests in flight in this worker; the next gets 429 with Retry-After."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit, self.in_flight = app, limit, 0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        if self.in_flight >= self.limit:
-            error = APIError(429, "too_many_requests", f"over {self.limit} requests in flight; retry shortly", retry_after=1)
-            return await reject(error, scope, receive, send)
-        self.in_flight += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.in_flight -= 1
 
 
 class CountAnswers:
@@ -276,3 +259,23 @@ class CancelWhenGone:
             await send({"type": "http.response.body", "body": b""})
         finally:
             watcher.cancel()
+
+
+def guard(app: FastAPI) -> None:
+    """The guards in front of ``app``'s routes, outermost first: work cancelled for clients gone and the
+    deadline read, answers counted, queries that are not UTF-8 refused, JSON bodies only, at most
+    ``max_body_bytes``, read whole within ``body_timeout_s`` before any route runs."""
+    app.add_middleware(ReadBodyFirst, timeout_s=settings.body_timeout_s)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(JsonBodyOnly)
+    app.add_middleware(Utf8Query)
+    app.add_middleware(CountAnswers, routes=lambda: app.openapi()["paths"])  # the declared routes
+    app.add_middleware(CancelWhenGone)
+
+
+def protect(service: Any) -> None:
+    """With keys set (``TEXTBENTO_API_KEYS``, ``_FILE``), every path of the BentoML ``service`` (the docs and the schema
+    too) asks for one, but the probes, and ``/metrics`` unless ``TEXTBENTO_METRICS_PUBLIC`` is false."""
+    if keys := settings.keys():
+        open_paths = ("/livez", "/healthz", "/readyz", *(("/metrics",) if settings.metrics_public else ()))
+        service.add_asgi_middleware(BearerAuth, keys=keys, open_paths=open_paths)

@@ -1,7 +1,7 @@
 """The request pipeline every route runs on, whatever its API's shape: check the texts, tokenize
 them (off the event loop unless short), send their ids through the model's shared calls to its Encoder, and
-answer with the timing headers. ``service.py``'s ``TextBento`` is one (its routes are OpenAI's,
-Cohere's/Jina's and textbento's); ``api/tei_routes.py`` runs TEI's routes on the same instance.
+answer with the timing headers. Each API worker makes one over the models it serves; the routes
+(``api/routes/``) get it as a dependency (``api/routes/__init__.py``).
 """
 
 from __future__ import annotations
@@ -9,24 +9,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import numpy as np
+from fastapi import Depends, Request
 from starlette.responses import Response
 
 from models.inference import Pass
 from models.postprocess import maxsim, ranked_labels, scores, token_vectors, truncate_dimensions
-from models.tokenization import Encoded, QueryAndDocuments, Side, TextInput
-from serving.coalesce import Overloaded
-from serving.gone import deadline, new_key
+from models.tasks import task_of
+from models.tokenization import Encoded, QueryAndDocuments, Side, TextInput, Token, TooManyTokens
 from serving.settings import settings
 from serving.telemetry import Timing, telemetry
 from serving.wire import ids_to_wire, rows_from_wire
 
 from .catalog import Catalog, ServedModel
 from .errors import APIError
+from .flow import Budget, admitted, sent
 from .limits import check_answer_size, check_sizes, input_named, refuse_truncated
 from .options import check_dimensions
 from .responses import json_response, usage
@@ -38,15 +37,11 @@ INLINE_CHARS = 500
 logger = logging.getLogger("textbento")
 
 
-async def tokenize(tokenizer: Any, texts: list[TextInput], chars: int, cut: str, max_tokens: int | None) -> list[Encoded]:
+async def tokenize(tokenizer: Any, texts: list[TextInput], chars: int, truncation_direction: str, max_tokens: int | None) -> list[Encoded]:
     """``texts`` tokenized on the event loop when they hold at most ``INLINE_CHARS`` characters in all, else on a thread."""
     if chars <= INLINE_CHARS:
-        return tokenizer.encode(texts, cut, max_tokens)
-    return await asyncio.to_thread(tokenizer.encode, texts, cut, max_tokens)
-
-
-def overdue(due: float, started: float) -> APIError:
-    return APIError(504, "timeout", f"not answered within its deadline ({due - started:.3g} s)", retry_after=1)
+        return tokenizer.encode(texts, truncation_direction, max_tokens)
+    return await asyncio.to_thread(tokenizer.encode, texts, truncation_direction, max_tokens)
 
 
 def refuse_non_finite(model: ServedModel, rows: list[np.ndarray], param: str, query_param: str | None = None) -> None:
@@ -64,22 +59,8 @@ def refuse_non_finite(model: ServedModel, rows: list[np.ndarray], param: str, qu
 class Pipeline:
     """What a route needs: the served models, and the steps from texts to an answer."""
 
-    models: Catalog
-
-    @asynccontextmanager
-    async def admitted(self, model: ServedModel, started: float) -> AsyncIterator[float]:
-        """A request's turn with ``model``: admitted (429 past its share of the worker: ``ServedModel.admitted``)
-        until its deadline (``serving/gone.py``: the client's, else ``timeout_s`` after ``started``), then 504.
-        Yields the deadline; every route that reads texts runs within it."""
-        due = deadline.get() or started + settings.timeout_s
-        if due <= started:
-            raise overdue(due, started)
-        try:
-            with model.admitted():
-                async with asyncio.timeout(due - time.time()):
-                    yield due
-        except TimeoutError:
-            raise overdue(due, started) from None
+    def __init__(self, models: Catalog) -> None:
+        self.models = models
 
     async def run(
         self,
@@ -87,7 +68,7 @@ class Pipeline:
         texts: list[TextInput],
         truncate: bool,
         param: str,
-        cut: str = "right",
+        truncation_direction: str = "right",
         max_tokens: int | None = None,
         tokenizer: Any = None,
         query_param: str | None = None,
@@ -102,22 +83,18 @@ class Pipeline:
         tokenizer = tokenizer or model.tokenizer
         sizes = check_sizes(texts, param, settings.max_inputs, settings.max_chars, query_param)
         timing = Timing(model=model.name, texts=len(texts))
-        key = new_key()
-        try:
-            async with self.admitted(model, timing.started) as due:
-                encoded = await tokenize(tokenizer, texts, sum(sizes), cut, max_tokens)
-                timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
-                if not truncate:
-                    refuse_truncated(encoded, param, min(max_tokens or tokenizer.max_length, tokenizer.max_length), query_param)
-                if values_per_token is not None:
-                    what = f"{timing.tokens} tokens × {values_per_token}"
-                    check_answer_size(timing.tokens * values_per_token, what, param, settings.max_answer_values)
-                wire = ids_to_wire([e.ids for e in encoded], key, due)
-                carried = await model.calls.submit(wire, abandoned=lambda: model.forget(key), within_s=due - time.time())
-        except Overloaded as refused:  # it would only time out in the queue (serving/coalesce.py)
-            raise APIError(503, "overloaded", f"{refused}: retry shortly", retry_after=1) from None
+        budget = Budget.start(timing.started)
+        async with admitted(model.admission, budget):
+            encoded = await tokenize(tokenizer, texts, sum(sizes), truncation_direction, max_tokens)
+            timing.tokenized, timing.tokens = time.time(), sum(e.tokens for e in encoded)
+            if not truncate:
+                refuse_truncated(encoded, param, min(max_tokens or tokenizer.max_length, tokenizer.max_length), query_param)
+            if values_per_token is not None:
+                what = f"{timing.tokens} tokens × {values_per_token}"
+                check_answer_size(timing.tokens * values_per_token, what, param, settings.max_answer_values)
+            carried = await sent(model.calls, ids_to_wire([e.ids for e in encoded], budget.key, budget.due), budget, model.forget)
         if any(forward is None for _, forward in carried):  # left out in the Encoder as overdue, a hair before our own timeout
-            raise overdue(due, timing.started)
+            raise budget.overdue()
         timing.encoded, timing.passes = time.time(), [Pass(*forward) for forward in {forward for _, forward in carried}]
         rows = rows_from_wire([row for row, _ in carried])
         refuse_non_finite(model, rows, param, query_param)
@@ -132,7 +109,7 @@ class Pipeline:
         prompt: str,
         truncate: bool,
         dimensions: int | None,
-        cut: str = "right",
+        truncation_direction: str = "right",
         max_tokens: int | None = None,
         query_param: str | None = None,
     ) -> tuple[list[np.ndarray], Timing]:
@@ -140,7 +117,7 @@ class Pipeline:
         the first text is a query beside the list: ``run``)."""
         check_dimensions(model.spec, dimensions)
         texts = [prompt + text for text in texts]
-        _, vectors, timing = await self.run(model, texts, truncate, param, cut, max_tokens, query_param=query_param)
+        _, vectors, timing = await self.run(model, texts, truncate, param, truncation_direction, max_tokens, query_param=query_param)
         return [truncate_dimensions(vector, dimensions, model.spec.normalize) for vector in vectors], timing
 
     async def relevance(
@@ -152,28 +129,51 @@ class Pipeline:
         *,
         truncate: bool = True,
         raw: bool = False,
-        cut: str = "right",
+        truncation_direction: str = "right",
     ) -> tuple[list[float], Timing]:
         """Each document's relevance to the query: the cross-encoder's score of the pair (its logit when ``raw``),
         or a multi-vector model's MaxSim of the query's token vectors with the document's (no activation: ``raw`` alike)."""
-        if model.spec.task == "multivector":
+        if task_of(model.spec).ranks_by_maxsim:
             texts, tokenizer = [query, *documents], QueryAndDocuments(model.sides)
-            encoded, rows, timing = await self.run(model, texts, truncate, param, cut, tokenizer=tokenizer, query_param="query")
+            encoded, rows, timing = await self.run(
+                model, texts, truncate, param, truncation_direction, tokenizer=tokenizer, query_param="query"
+            )
             queried, *found = (token_vectors(row, e.ids, model.spec.skiplist if i else ()) for i, (row, e) in enumerate(zip(rows, encoded)))
             return [maxsim(queried, document) for document in found], timing
-        _, logits, timing = await self.run(model, [(query, document) for document in documents], truncate, param, cut)
+        _, logits, timing = await self.run(model, [(query, document) for document in documents], truncate, param, truncation_direction)
         return [float(row[0] if raw else scores(row, model.spec.activation)[0]) for row in logits], timing
 
     async def multivectors(
-        self, model: ServedModel, texts: list[str], side: Side, param: str, *, prompt: str, truncate: bool, cut: str = "right"
+        self,
+        model: ServedModel,
+        texts: list[str],
+        side: Side,
+        param: str,
+        *,
+        prompt: str,
+        truncate: bool,
+        truncation_direction: str = "right",
     ) -> tuple[list[np.ndarray], Timing]:
         """A multi-vector model's ``[tokens, dim]`` vectors of each text, read as a query or as a document
         (which leaves out its skiplist's tokens), with ``prompt`` before each."""
         texts = [prompt + text for text in texts]
         tokenizer, dimensions = model.sides[side], model.spec.dimensions
-        encoded, rows, timing = await self.run(model, texts, truncate, param, cut, tokenizer=tokenizer, values_per_token=dimensions)
+        encoded, rows, timing = await self.run(
+            model, texts, truncate, param, truncation_direction, tokenizer=tokenizer, values_per_token=dimensions
+        )
         skiplist = model.spec.skiplist if side == "document" else ()
         return [token_vectors(row, e.ids, skiplist) for row, e in zip(rows, encoded)], timing
+
+    async def tokens(self, model: ServedModel, texts: list[str], add_special_tokens: bool, param: str) -> list[list[Token]]:
+        """The tokens each text is read as, uncut, with where they lie in it (on a thread): at most
+        ``max_tokenize_tokens`` in all (413 naming the text that passes them), admitted and within its deadline as every route."""
+        check_sizes(texts, param, settings.max_inputs, settings.max_chars)
+        async with admitted(model.admission, Budget.start()):
+            try:
+                return await asyncio.to_thread(model.tokenizer.tokens, texts, add_special_tokens, settings.max_tokenize_tokens)
+            except TooManyTokens as over:
+                message = f"{over.tokens} tokens by input {over.index}; /tokenize lists at most {over.limit} tokens per request"
+                raise APIError(413, "too_many_tokens", message, f"{param}.{over.index}") from None
 
     def answer(self, model: ServedModel, data: list[dict], timing: Timing) -> Response:
         """The list answer of the routes, straight to JSON (``api/responses.py``)."""
@@ -195,3 +195,12 @@ class Pipeline:
             top = [{"label": label, "score": score} for label, score in ranked] if top_k else None
             data.append({"index": index, "label": ranked[0][0], "score": ranked[0][1], "scores": top, "truncated": e.truncated})
         return data
+
+
+async def current_pipeline(request: Request) -> Pipeline:
+    """The API worker's pipeline (``TextBento`` keeps it on the app's state as it starts). A coroutine, so
+    that FastAPI calls it on the event loop: a plain function would be a trip to a thread and back per request."""
+    return request.app.state.pipeline
+
+
+ThePipeline = Depends(current_pipeline)  # what every route takes its pipeline from

@@ -2,10 +2,8 @@
 
 A route that returns a ``Response`` is sent as is: FastAPI neither validates it against the
 route's ``response_model`` again nor runs its JSON encoder over it. The ``response_model`` still
-documents the shape in OpenAPI, and the schema tests hold the real answers to it. Measured for one
-384-float embedding (``python -m bench.studies.responses``, bench/results/responses.json): 147 µs through
-pydantic models, FastAPI's validation and ``json.dumps``; 19 µs from dicts with
-``pydantic_core.to_json`` (the same JSON).
+documents the shape in OpenAPI, and the schema tests hold the real answers to it. The same JSON
+costs a small share of going through pydantic models and FastAPI's validation (docs/design.md 8).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, RootMode
 
 from models.postprocess import best_first, l2_normalize
 from models.spec import ModelSpec
+from models.tasks import task_of
 from models.tokenization import TextInput
 from serving.settings import settings
 
@@ -235,10 +236,7 @@ class Info(BaseModel):
 def model_type(spec: ModelSpec) -> dict[str, dict]:
     """TEI's ``model_type``: an embedding model's pooling (none for a multi-vector model's token vectors),
     or a classifier's (a reranker's, with one label) labels."""
-    if spec.task != "classify":
-        return {"embedding": {"pooling": {"sparse": "splade", "multivector": "none"}.get(spec.task, spec.pooling)}}
-    labels = {"id2label": dict(enumerate(spec.labels)), "label2id": {label: i for i, label in enumerate(spec.labels)}}
-    return {"reranker" if len(spec.labels) == 1 else "classifier": labels}
+    return task_of(spec).tei_model_type(spec)
 
 
 def dtype(precision: str) -> str:

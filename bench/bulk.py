@@ -2,17 +2,11 @@
 
     make bench-bulk      # → bench/results/bulk.json (~15 min; the first run installs fastembed, ~1 min)
 
-On the benchmark model (all-MiniLM-L6-v2, ``bench.ceiling.bench_tag``) and the load's short texts:
-
-- **a corpus of 200,000 texts** (JSON Lines) through ``python -m bulk.embed`` in a process of its own: texts/s
-  and its peak RSS (the process's ``ru_maxrss``), against the server's best 32 texts/request × c=8
-  (``bench.compare.measure``, best of 3 rounds) on the same machine and model;
-- **the same corpus again, killed** (SIGKILL) once half its rows are in finished parts, then run again:
-  how long the second run took to write its first new part, and that every id is in the output once;
-- **fastembed** (PyPI, in its own virtualenv under ``build/peers/``, as its CPU users run it) on the
-  first 20,000 texts with the same stored graphs, fp32 and textbento's per-token int8, against
-  ``bulk.embed`` on those 20,000: texts/s in process, tokenization included. fastembed loads a local
-  ONNX model offline as a custom model (``add_custom_model`` + ``specific_model_path``; ``FASTEMBED``).
+On the benchmark model and the load's short texts: a corpus of 200,000 texts through ``python -m bulk.embed``
+(texts/s, peak RSS) against the server's best 32 texts/request × c=8 (``bench.compare.measure``); the same
+corpus SIGKILLed once half its rows are written, then resumed (time to its first new part, every id once);
+fastembed (its own virtualenv under ``build/peers/``) on the first 20,000 texts with the same stored graphs,
+loaded offline as a custom model (``FASTEMBED``), against ``bulk.embed`` on those 20,000.
 """
 
 from __future__ import annotations
@@ -28,8 +22,8 @@ from pathlib import Path
 import bentoml
 import pyarrow.dataset as ds
 
-from bench import write_result
 from bench.compare import better, measure
+from harness.results import write_result
 from harness.serving import ROOT
 from harness.texts import short_texts
 

@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench import write_result
 from bench.bulk import corpus
+from harness.results import write_result
 from harness.serving import ROOT
 
 BUILD = ROOT / "build" / "bulk-spark"

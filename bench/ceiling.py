@@ -1,44 +1,28 @@
-"""The in-process ceiling: sentences/s of each graph without HTTP or the batcher, per way of batching.
+"""The in-process ceiling: sentences/s of a graph without HTTP or the batcher, per way of batching (``MODES``).
 
-    python -m bench.ceiling            # all-MiniLM-L6-v2 → bench/results/ceiling.json
-
-Graphs: torch fp32, the fp32 ONNX graph, the per-token int8 graph (served by default on CPU) and
-ONNX Runtime's stock per-tensor int8 (for comparison: not batch-invariant, so never batched in
-serving). Ways of batching the same stream of short texts (5-30 words), pre-tokenized:
+``make bench`` (``bench.run``) records it beside the served figures, the GPU run (``bench.gpu``) per batch
+size, and ``make cpu-classes`` per int8 recipe; ``fidelity`` is each graph's accuracy on the gate texts of
+``tests/test_onnx.py``. The ways of batching the same stream of short texts (5-30 words), pre-tokenized:
 
 - ``alone``: every text its own forward pass, unpadded;
-- ``arrival-32``/``arrival-64``: consecutive runs of 32 or 64 texts, each padded to its longest
-  and run as one pass;
-- ``sorted-32``/``sorted-64``: the whole stream sorted by length, then cut: the least padding any
-  batcher could reach, and so the ceiling the served figures are compared with;
-- ``served-64``: runs of 64 in arrival order through ``run_batch`` (sorted and cut under the token
-  budget inside each run), what the Encoder does with a full batch.
-
-Also each graph's accuracy on the gate texts of ``tests/test_onnx.py`` (``fidelity``).
-
-The main command imports the embedded all-MiniLM-L6-v2 with its ONNX graphs once (as
-``bench-minilm-onnx``), then measures the graphs in turns, several rounds, keeping each point's best
-round: other processes on a shared machine only ever slow a round down.
+- ``arrival-32``/``arrival-64``: consecutive runs of 32 or 64 texts, each padded to its longest;
+- ``sorted-32``/``sorted-64``: the whole stream sorted by length, then cut: the least padding any batcher
+  could reach, and so the ceiling the served figures are compared with;
+- ``served-64``: runs of 64 in arrival order through ``run_batch``, what the Encoder does with a full batch.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import bentoml
 import numpy as np
 
-from bench import RESULTS, write_result
 from harness.texts import short_texts
 from models.backends import Backend, load_backend
 from models.batching import pad
 from models.inference import run_batch
-from models.onnx_layout import FP32, INT8, external_data, onnx_dir
 from models.spec import ModelSpec
 from models.tokenization import TextTokenizer
 from serving.settings import settings
@@ -137,33 +121,6 @@ def ceilings(backend_name: str, tag: str, rounds: int = 2) -> tuple[str, list[di
     return backend.name, rows
 
 
-def quantize_int8_per_tensor(source: Path, target: Path) -> Path:
-    """ONNX Runtime's stock dynamic int8 (one activation scale per tensor), the peer's kind, not served:
-    this module measures it, ``bench.studies.quantization`` weighs it, a test shows it missing the gate."""
-    from onnx import TensorProto
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    quantize_dynamic(
-        source,
-        target,
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        op_types_to_quantize=["MatMul"],
-        use_external_data_format=external_data(source).is_file(),
-        # The fused graph's contrib ops defeat the quantizer's shape inference; their outputs are float.
-        extra_options={"DefaultTensorType": TensorProto.FLOAT},
-    )
-    return target
-
-
-def per_tensor_copy(stored_path: str) -> Path:
-    """A scratch copy of the stored model whose int8 graph is ONNX Runtime's per-tensor one."""
-    directory = Path(tempfile.mkdtemp(prefix="per-tensor-"))
-    shutil.copytree(stored_path, directory, dirs_exist_ok=True)
-    quantize_int8_per_tensor(onnx_dir(directory) / FP32, onnx_dir(directory) / INT8)
-    return directory
-
-
 def bench_tag() -> str:
     """The benchmark model, imported with its ONNX graphs on first use."""
     from models.store import default_model_dir, import_model
@@ -173,51 +130,3 @@ def bench_tag() -> str:
     except bentoml.exceptions.NotFound:
         source = "sentence-transformers/all-MiniLM-L6-v2"
         return str(import_model(default_model_dir(), name=BENCH_MODEL, source=source))
-
-
-def main(rounds: int = 3) -> None:
-    tag = bench_tag()
-    stored = bentoml.models.get(tag)
-    spec = ModelSpec.of(stored)
-    ids = [e.ids for e in TextTokenizer(stored.path, spec.max_length).encode(short_texts(STREAM))]
-    per_tensor = per_tensor_copy(stored.path)
-    graphs = {  # name → (backend, model directory)
-        "torch fp32": ("torch", stored.path),
-        "onnx fp32": ("onnx", stored.path),
-        "onnx int8 per-token (served)": ("onnx-int8", stored.path),
-        "onnx int8 per-tensor (ORT stock)": ("onnx-int8", per_tensor),
-    }
-    # Load each once, on this thread (torch's pool belongs to the loading thread), then take turns.
-    backends = {name: load_backend(backend, directory, spec, settings.runner_threads) for name, (backend, directory) in graphs.items()}
-    from tests.test_onnx import TEXTS  # the gate texts: 240 varied + 27 hard (1-3 tokens, long, code, digits)
-
-    gate_ids = [e.ids for e in TextTokenizer(stored.path, spec.max_length).encode(TEXTS)]
-    reference = np.stack(run_batch(backends["torch fp32"], gate_ids, spec.pad_id, settings.token_budget))
-    accuracy = {name: fidelity(backend, spec, gate_ids, reference) for name, backend in backends.items()}
-    best: dict[str, dict[str, float]] = {name: {} for name in graphs}
-    load = [os.getloadavg()[0]]
-    for _ in range(rounds):
-        for name, backend in backends.items():
-            for mode in MODES:
-                best[name][mode] = round(max(best[name].get(mode, 0.0), rate(backend, spec, ids, mode)), 1)
-        load.append(os.getloadavg()[0])
-    shutil.rmtree(per_tensor)
-    report = {
-        "model": tag,
-        "texts": f"{STREAM} short texts, 5-30 words, pre-tokenized",
-        "threads": settings.runner_threads,
-        "rounds": rounds,
-        "load_average_1m": load,  # other processes on the machine, sampled before and after each round
-        "sentences_per_s": best,
-        "accuracy_texts": f"{len(TEXTS)} texts of tests/test_onnx.py, cosine to torch fp32",
-        "accuracy": accuracy,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    write_result("ceiling.json", report, indent=2)
-    print(f"{'graph':34s}" + "".join(f"{mode:>12s}" for mode in MODES))
-    for name, rates in best.items():
-        print(f"{name:34s}" + "".join(f"{rates[mode]:12.0f}" for mode in MODES), accuracy[name])
-
-
-if __name__ == "__main__":
-    main()

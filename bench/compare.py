@@ -1,7 +1,6 @@
 """This tree against another revision of textbento, served side by side on the same machine, in turns.
 
     python -m bench.compare 90c58c9     # → bench/results/compare-90c58c9.json
-    python -m bench.compare 90c58c9 --point 32x8 --rounds 6 --out /tmp/32x8.json   # one point, closer
 
 The machine's speed changes from day to day, so a figure committed another day is no yardstick:
 this checks out ``REF`` in a scratch git worktree, imports the embedded all-MiniLM-L6-v2 with
@@ -26,8 +25,8 @@ from pathlib import Path
 
 import bentoml
 
-from bench import RESULTS, write_result
 from harness.load import closed_loop
+from harness.results import write_result
 from harness.serving import ROOT, cpu_ms_per, cpu_seconds, serve
 from harness.texts import short_texts
 
@@ -78,11 +77,6 @@ def median_rows(rounds: list[dict[str, dict]], points: Iterable[str], keys: Iter
     return {point: {key: statistics.median(r[point][key] for r in rounds) for key in keys} for point in points}
 
 
-def parse_point(text: str) -> tuple[int, int]:
-    per_request, concurrency = text.lower().split("x")
-    return int(per_request), int(concurrency)
-
-
 def better(old: dict | None, new: dict) -> dict:
     """The better of two rounds of one point: lower p50 at c=1, more texts/s otherwise."""
     if old is None:
@@ -97,12 +91,7 @@ def main() -> None:
     parser.add_argument("ref", help="git revision to compare with, e.g. the last landed commit")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=8)
-    parser.add_argument(
-        "--point", action="append", type=parse_point, dest="points", help="TEXTSxCONCURRENCY, repeatable (default: 1x1, 1x64, 32x8)"
-    )
-    parser.add_argument("--out", type=Path, help="default: bench/results/compare-REF.json")
     args = parser.parse_args()
-    points = args.points or POINTS
     trees: dict[str, tuple[Path, str]] = {}
     with worktree(args.ref) as ref_tree:
         try:
@@ -113,7 +102,7 @@ def main() -> None:
             rounds: dict[str, list[dict[str, dict]]] = {name: [] for name in trees}
             for _ in range(args.rounds):
                 for name, (tree, tag) in trees.items():
-                    rounds[name].append(measure(tree, tag, args.seconds, points))
+                    rounds[name].append(measure(tree, tag, args.seconds, POINTS))
                     print(
                         name,
                         {point: (row["texts_per_s"], row["p50_ms"], row["errors"]) for point, row in rounds[name][-1].items()},
@@ -139,9 +128,7 @@ def main() -> None:
         "median_paired_ratio": {point: statistics.median(values) for point, values in paired.items()},
         "texts_per_s_by_round": {name: [{k: row["texts_per_s"] for k, row in one.items()} for one in rounds[name]] for name in trees},
     }
-    out = args.out or RESULTS / f"compare-{args.ref}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_result(out, report, indent=2)
+    write_result(f"compare-{args.ref}.json", report, indent=2)
     print("texts/s, this tree / ref, best rounds:", ratios, "median of the paired rounds:", report["median_paired_ratio"])
 
 

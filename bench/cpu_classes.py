@@ -1,18 +1,13 @@
-"""Study: the int8 recipes on every CPU class reachable here, and what the start-up self-check costs.
+"""The int8 recipes on every CPU class reachable here, and what the start-up self-check costs.
 
     python -m bench.cpu_classes       # make cpu-classes → bench/results/cpu-classes.json (~15 min)
 
-Recipes: fp32 ONNX; the stored per-token int8 graph on ONNX Runtime's u8×s8 kernels; the same
-graph with uint8 weights (u8×u8 kernels, what ``models.cpu`` picks where there is no VNNI).
-
-- **Here, natively** (the class this machine has): accuracy on the 267 gate texts of
-  ``tests/test_onnx.py`` against torch fp32, each text alone; sentences/s alone and in sorted
-  batches of 32 (1,024 short texts, pre-tokenized), one process per recipe, best of 3 turns; the
-  start-up cost of ``auto``'s self-check (``onnx-int8`` vs ``auto`` loaded, best of 3).
-- **AVX2 only, emulated** with qemu-user (``-cpu Haswell``: AVX2 and FMA, no AVX-512, no VNNI) when
-  ``qemu-x86_64`` is installed: each int8 graph's accuracy on the 60 hardest gate texts, and what
-  ``auto`` serves there. ONNX Runtime reads the CPU's flags with ``cpuid``, which qemu answers as
-  the emulated CPU, so it runs the kernels of that class; speed under emulation means nothing.
+Recipes: fp32 ONNX; the per-token int8 graph on ONNX Runtime's u8×s8 kernels; the same with uint8 weights
+(u8×u8, what ``models.cpu`` picks without VNNI). Here: accuracy on the gate texts of ``tests/test_onnx.py``
+against torch fp32, speed alone and in sorted batches of 32, one process per recipe, best of 3 turns, and
+``auto``'s start-up cost. Under qemu-user's Haswell (AVX2, no VNNI; when ``qemu-x86_64`` is installed, and
+ONNX Runtime reads the emulated CPU's flags with ``cpuid``): each int8 graph's accuracy on the 60 hardest
+gate texts and what ``auto`` serves; speed under emulation means nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +24,8 @@ from pathlib import Path
 import bentoml
 import numpy as np
 
-from bench import write_result
 from bench.ceiling import STREAM, bench_tag, fidelity, rate
+from harness.results import write_result
 from harness.texts import short_texts
 from models import cpu
 from models.backends import load_backend

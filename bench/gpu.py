@@ -34,9 +34,9 @@ from typing import Any
 
 import bentoml
 
-from bench import write_result
 from bench.ceiling import ceiling
 from harness.load import closed_loop
+from harness.results import write_result
 from harness.serving import serve
 from harness.texts import short_texts
 from serving.settings import settings

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import write_result
 from bench.compare import load, median_rows
+from harness.results import write_result
 from harness.serving import ROOT, cpu_ms_per, cpu_seconds, free_port, serve, stop_group
 
 PEER = "infinity-emb 0.0.78 (optimum engine, ONNX Runtime int8 per-channel)"

@@ -1,8 +1,8 @@
 """docs/performance.md, and README.md's generated blocks, from the result files in bench/results/.
 
-``python -m bench.performance`` (``make report``). Every table names its result file with the CPU class and
-date that file records ("not recorded" where it records none). Nothing here is measured or typed in by
-hand: rerun the make target or study that writes a file, then this. A missing file skips its section.
+``python -m bench.performance`` (``make report``). Every table names its result file with the CPU class, date
+and commit that file records ("not recorded" where it records none). Nothing here is measured or typed in by
+hand: rerun the make target that writes a file, then this. A missing file skips its section.
 README.md's blocks between ``<!-- make report: NAME -->`` and ``<!-- /make report -->`` are rewritten:
 ``performance`` (peers.json, bench.json), ``images`` (image-*.json) and ``settings`` (serving/settings.py).
 Only the standard library."""
@@ -10,53 +10,24 @@ Only the standard library."""
 from __future__ import annotations
 
 import ast
-import json
 import re
 import statistics
 from pathlib import Path
 
-from bench import RESULTS
+from harness.results import RESULTS, load, n, pct, source, table
+from reliability.report import reliability
 
 ROOT = RESULTS.parent.parent
 PAGE = ROOT / "docs" / "performance.md"
 README = ROOT / "README.md"
+COMPARE_COLUMNS = (
+    "result file; reference; point; this tree texts/s; reference texts/s; ratio, best turns; ratio, median of the turns; "
+    "p50 ms, this / reference"
+)
 FLAVOURS = {"cpu": "make image", "gpu": "make image-gpu", "gpu-torch": "make image-gpu-torch"}
 
 
 # Helpers: reading a result file, its provenance, numbers and tables.
-
-
-def load(name: str):
-    path = RESULTS / name
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def cpu_class(data) -> str:
-    cpu = data.get("cpu") if isinstance(data, dict) else None
-    if cpu:
-        return f"{cpu['model']} ({cpu['machine']}; {' '.join(cpu['flags'])})"
-    machine = data.get("machine") if isinstance(data, dict) else None
-    return machine.get("cpu_class", "not recorded") if isinstance(machine, dict) else "not recorded"
-
-
-def source(name: str, data) -> str:
-    date = str(data.get("date", ""))[:10] if isinstance(data, dict) else ""
-    return f"`bench/results/{name}`: CPU {cpu_class(data)}; date {date or 'not recorded'}."
-
-
-def n(value, digits: int = 0) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def pct(value) -> str:
-    return f"{value:.0%}" if round(value, 2) == value else f"{value:.1%}"
-
-
-def table(headers: list[str], rows: list[list]) -> list[str]:
-    """A Markdown table; a column of numbers is right-aligned."""
-    numeric = [all(re.match(r"[-+\d.,–]*(x|%| / [\d.,]+%?)?$", str(row[i])) for row in rows) for i in range(len(headers))]
-    align = ["---:" if i and is_number else "---" for i, is_number in enumerate(numeric)]
-    return [f"| {' | '.join(headers)} |", f"|{'|'.join(align)}|", *(f"| {' | '.join(str(c) for c in row)} |" for row in rows)]
 
 
 def point(texts: int, concurrency: int) -> str:
@@ -106,9 +77,33 @@ def peers(files: dict) -> list[str]:
     return lines
 
 
-def baselines(files: dict) -> list[str]:
-    from bench.report import targets  # the targets' one definition, stdlib-only at import
+def targets(entry: dict) -> list[tuple[str, str, bool]]:
+    """The issue's targets for one model: (what, measured, met)."""
+    best = max(row["sentences_per_s"] for row in entry["ceiling"])
+    batch1_ms = 1000 / next(row["sentences_per_s"] for row in entry["ceiling"] if row["mode"] == "alone")
+    ours = entry["systems"]["textbento"]
+    naive = entry["systems"].get("naive-fastapi")
+    checks = []
+    if (r := find(ours, "short", 32, 8)) is not None:
+        checks.append(
+            ("32 inputs/request, c=8: ≥ 85% of the best ceiling", f"{r['texts_per_s'] / best:.0%}", r["texts_per_s"] >= 0.85 * best)
+        )
+    if (r := find(ours, "short", 1, 64)) is not None:
+        checks.append(
+            ("1 input/request, c=64: ≥ 55% of the best ceiling", f"{r['texts_per_s'] / best:.0%}", r["texts_per_s"] >= 0.55 * best)
+        )
+        if naive and (theirs := find(naive, "short", 1, 64)):
+            ratio = r["texts_per_s"] / max(theirs["texts_per_s"], 1e-9)
+            checks.append(("1 input/request, c=64: ≥ 4× naive FastAPI", f"{ratio:.1f}×", ratio >= 4))
+    if (r := find(ours, "short", 1, 1)) is not None:
+        checks.append((f"c=1 p50 ≤ batch-1 latency {batch1_ms:.1f} ms + 3 ms", f"{r['p50_ms']:.1f} ms", r["p50_ms"] <= batch1_ms + 3))
+    errors = sum(r["errors"] for r in ours["rows"])
+    checks.append(("zero errors at every concurrency ≤ 256", str(errors), errors == 0))
+    checks.append(("all processes ≤ 1.5 GiB RSS", f"{ours['peak_rss_mib']:.0f} MiB", ours["peak_rss_mib"] <= 1536))
+    return checks
 
+
+def baselines(files: dict) -> list[str]:
     lines = []
     for task, entry in files["bench.json"]["models"].items():
         systems = entry["systems"]
@@ -141,51 +136,7 @@ def compare(files: dict) -> list[str]:
         "and the median of each turn's ratio with its range where the file records them). "
         "Points: `1x-c64` is 1 text/request at c=64, `32x-c8` 32 texts/request at c=8.",
         "",
-        *table(
-            [
-                "result file",
-                "reference",
-                "point",
-                "this tree texts/s",
-                "reference texts/s",
-                "ratio, best turns",
-                "ratio, median of the turns",
-                "p50 ms, this / reference",
-            ],
-            rows,
-        ),
-    ]
-
-
-def ceiling(files: dict) -> list[str]:
-    d = files["ceiling.json"]
-    modes = list(next(iter(d["sentences_per_s"].values())))
-    speed = [[graph, *(n(v[m]) for m in modes)] for graph, v in d["sentences_per_s"].items()]
-    accuracy = [
-        [g, a["min"], a["mean"], pct(a["nearest_neighbour_agreement"]), a["alone_vs_batched_min"]] for g, a in d["accuracy"].items()
-    ]
-    return [
-        f"{d['texts']}, {d['threads']} threads, best of {d['rounds']} turns (1-minute load average "
-        f"{', '.join(f'{x:.1f}' for x in d['load_average_1m'])}), sentences/s:",
-        "",
-        *table(["graph", *modes], speed),
-        "",
-        f"Accuracy: {d['accuracy_texts']}.",
-        "",
-        *table(["graph", "min cosine", "mean", "nearest neighbours", "alone vs batched, min"], accuracy),
-    ]
-
-
-def quantization(files: dict) -> list[str]:
-    d = files["quantization.json"]
-    rows = [
-        [r, v["min"], v["mean"], pct(v["nearest_neighbour_agreement"]), v["alone_vs_batched_min"], n(v["alone"]), n(v["sorted-32"])]
-        for r, v in d["results"].items()
-    ]
-    return [
-        f"Accuracy: {d['accuracy_texts']}. Speed: {d['speed']}.",
-        "",
-        *table(["recipe", "min cosine", "mean", "nearest neighbours", "alone vs batched", "alone/s", "sorted-32/s"], rows),
+        *table(COMPARE_COLUMNS.split("; "), rows),
     ]
 
 
@@ -228,237 +179,6 @@ def telemetry(files: dict) -> list[str]:
     ]
 
 
-def profiles(files: dict) -> list[str]:
-    works = list(dict.fromkeys(w for d in files.values() for w in d["by_work"]))
-    headers = [
-        "share of sampled CPU",
-        *(f"`{name}` ({point(d['load']['texts_per_request'], d['load']['concurrency'])})" for name, d in files.items()),
-    ]
-    rows = [[w, *(pct(d["by_work"][w]) if w in d["by_work"] else "–" for d in files.values())] for w in works]
-    rows += [[f"role: {role}", *(pct(d["by_role"].get(role, 0)) for d in files.values())] for role in ("Encoder", "API worker")]
-    rows += [["CPU ms per request, all processes", *(n(d.get("cpu_ms_per_request"), 3) for d in files.values())]]
-    rows += [
-        [f"CPU ms per request: {role}", *(n(d.get("cpu_ms_per_request_by_role", {}).get(role), 3) for d in files.values())]
-        for role in ("Encoder", "API worker")
-    ]
-    return [
-        "py-spy on every process of the service under load (`python -m bench.studies.profile`); Python threads only.",
-        "",
-        *table(headers, rows),
-    ]
-
-
-def threads(files: dict) -> list[str]:
-    rows = [
-        [size, *(f"{n(f['wall_ms'], 2)} / {n(f['cpu_ms'], 2)}" for f in by_threads.values())]
-        for size, by_threads in files["threads.json"]["per_pass"].items()
-    ]
-    counts = list(next(iter(files["threads.json"]["per_pass"].values())))
-    return [
-        "Wall / CPU ms per forward pass of the served int8 graph, by pass size, short texts (`python -m bench.studies.threads`):",
-        "",
-        *table(["texts per pass", *counts], rows),
-    ]
-
-
-def memory(files: dict) -> list[str]:
-    rows = [[d["workers"], n(d["total_mib"]), n(d.get("per_extra_worker_mib"))] for d in files["memory.json"]]
-    budget = files["budget.json"]
-    lines = [
-        "RSS by API worker count (`python -m bench.studies.memory`):",
-        "",
-        *table(["API workers", "total MiB", "per extra worker MiB"], rows),
-        "",
-    ]
-    rows = [[r["token_budget"], n(r["texts_per_s"], 1), n(r["rss_mib"])] for r in budget["rows"]]
-    return lines + [
-        f"Token budget (`python -m bench.studies.budget`, `{budget['model']}`, {budget['texts']}):",
-        "",
-        *table(["`TEXTBENTO_TOKEN_BUDGET`", "texts/s", "RSS MiB"], rows),
-    ]
-
-
-def several_models(files: dict) -> list[str]:
-    d = files["several-models.json"]
-    rss = [
-        [what, n(v["total"]), ", ".join(f"{k} {n(x)}" for k, x in v.items() if k != "total")]
-        for what, v in d["rss_mib_after_warmup"].items()
-    ]
-    rounds = [
-        [i + 1, *(r["mixed_vs_alone"].values()), r["sum_of_mixed_vs_alone"], r["minilm_three_model_server_vs_one_model_server"]]
-        for i, r in enumerate(d["rounds"])
-    ]
-    names = list(d["rounds"][0]["mixed_vs_alone"])
-    return [
-        f"RSS after warm-up, MiB; an API worker grows {d['api_worker_growth_per_extra_tokenizer_mib']} MiB per extra tokenizer:",
-        "",
-        *table(["server", "total", "per process"], rss),
-        "",
-        f"Each model's answers/s with all three loaded at once against itself alone "
-        f"(c={d['concurrency']} per model, {d['seconds']} s per run):",
-        "",
-        *table(["repeat", *names, "sum", "minilm: three-model / one-model server"], rounds),
-    ]
-
-
-def goodput(files: dict) -> list[str]:
-    rows = []
-    for name, d in files.items():
-        for tree, t in d["trees"].items():
-            shares = " / ".join(pct(g["share_of_capacity"]) for g in t["goodput"].values())
-            probe = f"{n(t['probe']['texts_computed'])} / {n(t['probe']['answered_in_time'])}"
-            rows.append([f"`{name}`", tree, n(t["capacity_per_s"]), shares, probe])
-    return [
-        "Clients that give up after 1 s and retry once, offered 1x, 2x and 4x the capacity (`python -m bench.studies.goodput`); "
-        "the probe: requests given up after 0.25 s.",
-        "",
-        *table(
-            [
-                "result file",
-                "tree",
-                "capacity (c=64), answers/s",
-                "answered in time at 1x / 2x / 4x",
-                "probe: texts computed / answered in time",
-            ],
-            rows,
-        ),
-    ]
-
-
-def storm(d: dict) -> list[str]:
-    rss = ", ".join(f"{name.split()[0]} {change:+.1%}" for name, change in d["rss_change"].items() if not name.startswith("supervisor"))
-    files = ", ".join(f"{start} → {end}" for name, (start, end) in d["open_files"].items() if not name.startswith("supervisor"))
-    return [
-        f"Disconnect storm (`make storm`): {n(d['requests'])} requests at c={d['concurrency']} in {d['seconds']} s, {d['outcomes']}; "
-        f"every gauge back to idle after {d['settled_s']} s; RSS {rss}; open files {files}; "
-        f"the {n(sum(d['after'].values()))} requests after: {d['after']}. "
-        + ("Passed." if d["passed"] else f"**Failed**: {'; '.join(d['failures'])}."),
-        "",
-    ]
-
-
-def hostile(d: dict) -> list[str]:
-    """One row per phase of ``make hostile``: what was sent, what it got, and what came back to its start."""
-    rows = []
-    for name, phase in d["phases"].items():
-        before, after = phase["before"], phase["after"]
-        rows.append(
-            [
-                f"`{name}`",
-                ", ".join(f"{status}: {n(count)}" for status, count in sorted(phase["statuses"].items())),
-                f"{n(before['metrics_bytes'])} → {n(after['metrics_bytes'])}",
-                f"{before['rss_mib']:.0f} → {after['rss_mib']:.0f}",
-                f"{before['open_files']} → {after['open_files']}",
-                ", ".join(f"{status}: {n(count)}" for status, count in phase["next"]["statuses"].items()),
-            ]
-        )
-    lines = [f"Hostile clients (`make hostile`, keys set): {d['seconds']} s; " + ("passed." if d["passed"] else "**failed**."), ""]
-    lines += table(["phase", "answers", "/metrics bytes", "RSS MiB", "open files", "the next 1,000"], rows) + [""]
-    return lines + ([f"Failures: {'; '.join(d['failures'])}.", ""] if d["failures"] else [])
-
-
-def reliability(files: dict) -> list[str]:
-    soak = files["soak.json"]
-    lines = [
-        f"Soak (`make soak`): {soak['minutes']:g} min at c={soak['concurrency']}, {n(soak['requests'])} requests, {soak['errors']} errors, "
-        f"p99 {n(soak['p99_ms'])} ms; RSS {soak['rss_mib_after_warmup']} → {soak['rss_mib_end']} MiB after warm-up "
-        f"({soak['rss_growth']:+.1%}).",
-        "",
-    ]
-    if "storm.json" in files:
-        lines += storm(files["storm.json"])
-    if "hostile.json" in files:
-        lines += hostile(files["hostile.json"])
-    chaos = {k: v for k, v in files.items() if k.startswith("chaos")}
-    rows = [
-        [
-            f"`{k}`",
-            f"{d['minutes']:g}",
-            n(d["requests"]),
-            n(d["statuses"].get("200", 0)),
-            d["dropped_connections_at_worker_kills"],
-            len(d["kills"]),
-            d["slowest_s"],
-            f"{d['rss_growth']:+.1%}",
-            "yes" if d["passed"] else "**no**",
-        ]
-        for k, d in chaos.items()
-    ]
-    lines += ["Chaos (`make chaos`: the Encoder and an API worker SIGKILLed under load at c=64):", ""]
-    lines += table(
-        ["result file", "minutes", "requests", "200", "dropped at worker kills", "kills", "slowest s", "RSS", "passed"], rows
-    ) + [""]
-    locust = {k: v for k, v in files.items() if k.startswith("locust")}
-    rows = [
-        [f"`{k}`", d.get("revision", "–"), d["runs"], d["runs_with_failures"], n(d["requests"]), d["failures"]] for k, d in locust.items()
-    ]
-    lines += ["The shipped locustfile against fresh servers (`make locust-runs`):", ""]
-    return lines + table(["result file", "revision", "runs", "runs with failures", "requests", "failures"], rows)
-
-
-def decoders(files: dict) -> list[str]:
-    d, lines = files["decoder-footprint.json"], []
-    for name, m in d["models"].items():
-        rows = [[b["backend"], b["served"], n(b["sentences_per_s"], 1), n(b["peak_rss_mib"]), b["load_s"]] for b in m["backends"]]
-        lines += [
-            f"**{name}**: import {m['import_s']} s at {n(m['import_peak_rss_mib'])} MiB peak RSS, {n(m['stored_mib'], 1)} MiB stored.",
-            "",
-        ]
-        lines += table(["backend", "served", "sentences/s", "peak RSS MiB", "load s"], rows) + [""]
-    return [f"{d['what']}; {d['texts']} texts, {d['runner_threads']} threads, token budget {d['token_budget']}.", "", *lines]
-
-
-def sparse(files: dict) -> list[str]:
-    d = files["sparse-int8.json"]
-    rows = []
-    for shape, s in d["shapes"].items():
-        probe, ordinary = s["probe"], s["ordinary"]
-        speed = f"{n(s['sentences_per_s']['fp32'])} / {n(s['sentences_per_s']['int8'])}"
-        flipped = f"{probe['flipped_l1_share_max']:.3%} / {ordinary['flipped_l1_share_max']:.3%}"
-        rows.append([shape, speed, s["int8_over_fp32"], f"{probe['cosine_min']} / {probe['cosine_mean']}", flipped, s["auto"]["served"]])
-    return [
-        f"{d['what']}; {d['texts']} texts, best of {d['rounds']}.",
-        "",
-        *table(
-            ["shape", "fp32 / int8 sentences/s", "int8/fp32", "probe cosine min / mean", "max flipped mass, probe / 300", "`auto` serves"],
-            rows,
-        ),
-    ]
-
-
-def multivector(files: dict) -> list[str]:
-    d = files["multivector-int8.json"]
-    rows = []
-    for shape, s in d["shapes"].items():
-        torch_, onnx = s["against_pylate"]["torch"], s["against_pylate"]["onnx fp32"]
-        check, found = s["self_check"], s["retrieval"]
-        rows.append(
-            [
-                shape,
-                f"{torch_['max_abs_vector_diff']:.1e} / {onnx['max_abs_vector_diff']:.1e}",
-                f"{onnx['max_abs_score_diff']:.1e}",
-                "yes" if torch_["same_order_every_query"] and onnx["same_order_every_query"] else "no",
-                f"{check['min_cosine']} / {check['mean_cosine']}",
-                check["max_maxsim_error"],
-                f"{found['recall_at_10_mean']} / {found['top1_same']}",
-                f"{n(s['documents_per_s']['fp32'], 1)} / {n(s['documents_per_s']['int8'], 1)}",
-                s["auto"],
-            ]
-        )
-    headers = [
-        "shape",
-        "vectors to PyLate, torch / fp32 ONNX",
-        "MaxSim to PyLate",
-        "PyLate's order",
-        "int8 token cosine min / mean",
-        "int8 MaxSim error per query token",
-        "int8 recall@10 / top-1",
-        "fp32 / int8 documents/s",
-        "`auto` serves",
-    ]
-    return [f"{d['what']}; best of {d['rounds']}.", "", *table(headers, rows)]
-
-
 def images(files: dict) -> list[str]:
     test = files.get("image-test.json", {}).get("images", {})
     rows = []
@@ -490,59 +210,18 @@ def image_details(files: dict) -> list[str]:
             *table(["image", "flavour", "size MB", "build s", "cold start s"], rows),
             "",
         ]
-    if slim := files.get("image-slim.json"):
-        rows = [
-            ["as `bentoml containerize` makes it", n(slim["before_mb"]), ""],
-            *([s["change"], n(s["size_mb"]), n(s["saved_mb"])] for s in slim["steps"]),
-        ]
-        lines += [f"The CPU image slimmed step by step ({slim['host']}):", "", *table(["step", "size MB", "saved MB"], rows)]
     return lines
-
-
-def topology(files: dict) -> list[str]:
-    rows = [
-        [
-            shape,
-            point(r["texts_per_request"], r["concurrency"]),
-            n(r["texts_per_s"], 1),
-            n(r["p50_ms"], 1),
-            n(r["p99_ms"], 1),
-            r["calls_per_batch"],
-        ]
-        for shape, runs in files["topology.json"].items()
-        for r in runs
-    ]
-    return [
-        "One hop (tokenizers in the API workers) against two (a Tokenizer service between):",
-        "",
-        *table(["topology", "load", "texts/s", "p50 ms", "p99 ms", "calls per batch"], rows),
-    ]
 
 
 SECTIONS = [
     ("Against the peer: infinity-emb (`make bench-peers`)", ["peers.json"], peers),
     ("Against the baselines (`make bench`)", ["bench.json"], baselines),
-    ("Side by side with earlier revisions (`make bench`)", ["compare-*.json"], compare),
-    ("In-process ceiling per graph and batching (`make bench`)", ["ceiling.json"], ceiling),
-    ("int8 recipes (`python -m bench.studies.quantization`)", ["quantization.json"], quantization),
+    ("Side by side with an earlier revision (`make bench`)", ["compare-*.json"], compare),
     ("int8 by CPU class (`make cpu-classes`)", ["cpu-classes.json"], cpu_classes),
     ("Rerank (`make bench`)", ["rerank.json"], rerank),
     ("The cost of metrics and traces (`make bench`)", ["telemetry-cost.json"], telemetry),
-    ("Where the CPU goes", ["profile-*.json"], profiles),
-    ("The runner's threads per pass (`python -m bench.studies.threads`)", ["threads.json"], threads),
-    ("Memory", ["memory.json", "budget.json"], memory),
-    ("Several models in one server (`python -m bench.studies.several_models`)", ["several-models.json"], several_models),
-    ("Under impatient load", ["goodput*.json"], goodput),
     ("Reliability runs", ["soak.json", "storm.json", "hostile.json", "chaos*.json", "locust-runs*.json"], reliability),
-    ("Decoder-only embedders (`python -m bench.studies.decoder_footprint`)", ["decoder-footprint.json"], decoders),
-    ("SPLADE: int8 against fp32 (`python -m bench.studies.sparse_int8`)", ["sparse-int8.json"], sparse),
-    (
-        "Multi-vector (ColBERT): against PyLate, int8 against fp32 (`python -m bench.studies.multivector_int8`)",
-        ["multivector-int8.json"],
-        multivector,
-    ),
-    ("Images", ["image-cpu.json", "image-gpu.json", "image-gpu-torch.json", "image-test.json", "image-slim.json"], image_details),
-    ("Topology", ["topology.json"], topology),
+    ("Images", ["image-cpu.json", "image-gpu.json", "image-gpu-torch.json", "image-test.json"], image_details),
 ]
 
 
@@ -572,7 +251,15 @@ def page() -> str:
         lines += body
         used |= names
     unused = sorted(p.name for p in RESULTS.iterdir() if p.suffix == ".json" and p.name not in used)
-    lines += ["## Other result files", "", "Not summarised here: " + ", ".join(f"`{name}`" for name in unused) + "."] if unused else []
+    lines += (
+        [
+            "## Other result files",
+            "",
+            "Behind the decisions of [design.md](design.md), not summarised here: " + ", ".join(f"`{name}`" for name in unused) + ".",
+        ]
+        if unused
+        else []
+    )
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -601,12 +288,7 @@ def readme_performance() -> list[str]:
     rows.append(
         ["min cosine to transformers fp32", fidelity["textbento"]["min_cosine"], fidelity["infinity"]["min_cosine"], *[""] * len(systems)]
     )
-    names = {
-        "textbento": "textbento",
-        "naive-fastapi": "naive FastAPI",
-        "fastapi-threadpool": "FastAPI `def`",
-        "bentoml-plain": "plain BentoML",
-    }
+    names = {"naive-fastapi": "naive FastAPI", "fastapi-threadpool": "FastAPI `def`", "bentoml-plain": "plain BentoML"}
     headers = ["all-MiniLM-L6-v2", "textbento, run A", "infinity-emb, run A", *(f"{names.get(s, s)}, run B" for s in systems)]
     return [*table(headers, rows), "", f"Run A: {source('peers.json', peer)} Run B: {source('bench.json', bench)}"]
 

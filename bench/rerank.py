@@ -17,8 +17,8 @@ from pathlib import Path
 
 import bentoml
 
-from bench import RESULTS, write_result
 from harness.load import closed_loop
+from harness.results import write_result
 from harness.serving import serve
 from harness.texts import short_texts
 
@@ -58,7 +58,6 @@ def main(seconds: float = 10) -> None:
         "systems": rows,
         "pairs_per_s_ratio": round(rows["textbento"]["texts_per_s"] / rows["naive-fastapi"]["texts_per_s"], 2),
     }
-    RESULTS.mkdir(exist_ok=True)
     write_result("rerank.json", report, indent=2)
 
 

@@ -19,8 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench import RESULTS, write_result
 from harness.load import closed_loop
+from harness.results import RESULTS, write_result
 from harness.serving import ROOT, serve
 from harness.testmodels import build_classifier
 from harness.texts import short_texts
@@ -127,7 +127,6 @@ def main() -> None:
         for name in systems:
             print(f"== {task} {name}", flush=True)
             entry["systems"][name] = bench_system(name, tag, task, args.quick, progress)
-    RESULTS.mkdir(exist_ok=True)
     write_result("bench.json", report, indent=2)
     write_report(report, RESULTS)
 

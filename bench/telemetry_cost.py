@@ -14,8 +14,8 @@ import asyncio
 import statistics
 from contextlib import ExitStack
 
-from bench import write_result
 from harness.load import closed_loop
+from harness.results import write_result
 from harness.serving import serve
 from harness.texts import short_texts
 

@@ -33,6 +33,7 @@ from api.options import check_dimensions, prompt_for
 from models.backends import BACKENDS
 from models.calibration import load_ranges
 from models.spec import ModelSpec
+from models.tasks import task_of
 from models.tokenization import Encoded
 from serving.settings import settings
 
@@ -45,7 +46,7 @@ DRY_RUN_TEXTS = 256  # timed to estimate the whole job
 
 def checked_prompt(tag: object, spec: ModelSpec, prompt_name: str | None, dimensions: int | None) -> str:
     """The prompt put before every text, once the model and the options are known good; else SystemExit naming why."""
-    if spec.task != "embed":
+    if not task_of(spec).dense_vector_per_text:
         raise SystemExit(f"{tag} is not a dense embedder (task {spec.task!r}); bulk jobs write dense vectors")
     try:
         prompt = prompt_for(spec, prompt_name, None)

@@ -8,11 +8,14 @@ One module, one job:
 
 - ``cpu``          the CPU class: which int8 kernels ONNX Runtime runs here, recorded with every figure
 - ``spec``         what the served model is (task, labels, pooling, limits), as stored in the model store
-- ``detection``    reads a ``save_pretrained`` directory and works out its spec (import time only)
+- ``tasks``        one module per task (embed, sparse, classify, multivector): how an import recognises it, what its
+                   graph answers, how the self-check compares it, which routes it serves; ``TASKS``, the one table
+- ``detection``    reads what a ``save_pretrained`` directory says about its model (import time only)
 - ``tokenization`` text → token ids, truncated to the model's limit, reporting what was cut
 - ``batching``     token ids → length-sorted, token-budgeted, padded sub-batches
-- ``heads``        the transformers class per task, and SPLADE's pooling on a masked LM
+- ``heads``        the torch modules a task's graph computes: one output, SPLADE's pooling, ColBERT's token vectors
 - ``backends``     padded ids → logits or pooled embeddings (PyTorch, ONNX Runtime)
+- ``fidelity``     how close a fast graph came to fp32, and the gates it must pass
 - ``selfcheck``    the start-up check that holds ``auto``'s fast graph to fp32 on this machine
 - ``postprocess``  softmax and labels; pooling and normalisation
 - ``inference``    one collected batch through batching, a backend and back into request order

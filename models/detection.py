@@ -1,4 +1,6 @@
-"""Works out a ``ModelSpec`` from a Hugging Face ``save_pretrained`` directory (import time only).
+"""Reads what a Hugging Face ``save_pretrained`` directory says about its model (import time only): its
+architecture, labels, sentence-transformers pipeline, SPLADE and ColBERT settings, and length limits.
+Each task's rule (``models.tasks``) reads its model with these to recognise it and work out its spec.
 
 Encoders (BERT, ...) and decoder-only models (Qwen, Llama, Mistral, ...) are served; encoder-decoder
 models are not. Sequence classifiers are recognised by their architecture; any other model is served
@@ -30,7 +32,6 @@ from .spec import (
     SPARSE_POOLINGS,
     Activation,
     DenseActivation,
-    ModelSpec,
     Pooling,
     Shape,
     SparseActivation,
@@ -60,9 +61,8 @@ def is_decoder(config: PretrainedConfig) -> bool:
     return bool(getattr(config, "is_decoder", False)) or causal_only
 
 
-def detect_task(config: PretrainedConfig, override: str = "auto") -> Task:
-    """``classify`` for ``*ForSequenceClassification`` architectures, ``embed`` for other encoders and decoders
-    (``sparse`` is told by the sentence-transformers files: ``detect_spec``)."""
+def check_architecture(config: PretrainedConfig) -> None:
+    """Raises ``UnsupportedModel`` unless the model is an encoder-only or decoder-only text model transformers knows."""
     architectures = ", ".join(config.architectures or [config.model_type])
     if config.is_encoder_decoder:
         raise UnsupportedModel(
@@ -74,11 +74,6 @@ def detect_task(config: PretrainedConfig, override: str = "auto") -> Task:
             f"unsupported architecture {architectures} (model_type {config.model_type!r}): not a text encoder or decoder "
             "textbento knows (it serves models with a masked- or causal-LM architecture in transformers)"
         )
-    if override != "auto":
-        return override  # type: ignore[return-value]
-    if any(name.endswith("ForSequenceClassification") for name in config.architectures or []):
-        return "classify"
-    return "embed"
 
 
 def read_labels(config: PretrainedConfig) -> tuple[str, ...]:
@@ -313,11 +308,11 @@ def read_dense(model_dir: Path, path: str) -> tuple[str, DenseActivation, int]:
 def check_transformer(config: dict[str, Any]) -> None:
     """sentence-transformers 6 records what the Transformer module runs; textbento runs the encoder's
     last hidden state as token embeddings (5.x's only way)."""
-    task = config.get("transformer_task", "feature-extraction")
+    computed = config.get("transformer_task", "feature-extraction")
     output = (config.get("modality_config") or {}).get("text", {}).get("method_output_name", "last_hidden_state")
-    if task != "feature-extraction" or output != "last_hidden_state":
+    if (computed, output) != ("feature-extraction", "last_hidden_state"):
         raise UnsupportedModel(
-            f"sentence-transformers Transformer module with transformer_task {task!r} and output {output!r} is not "
+            f"sentence-transformers Transformer module with transformer_task {computed!r} and output {output!r} is not "
             "reproduced by textbento (it serves feature-extraction from the last hidden state)"
         )
 
@@ -413,15 +408,15 @@ def read_lengths(config: PretrainedConfig, tokenizer_limit: int, chosen: int | N
     return Lengths(own, cap, chosen, shape)
 
 
-def read_pad_id(config: PretrainedConfig, task: Task, pad: int | None, eos: int | None) -> int:
-    """The id textbento pads rows with; only a decoder classifier cares which.
+def read_pad_id(config: PretrainedConfig, reads_pad_id: bool, pad: int | None, eos: int | None) -> int:
+    """The id textbento pads rows with; only a decoder whose head ``reads_pad_id`` (a classifier's) cares which.
 
     transformers scores a decoder's ``*ForSequenceClassification`` at each row's last id that is not
     ``config.pad_token_id`` (Qwen3, Llama, Mistral alike), and refuses batches without one: rows are
     padded with that id, which the import sets from the tokenizer's pad token, else its EOS, when the
     config has none (as one does to batch them with transformers).
     """
-    if task != "classify" or not is_decoder(config):
+    if not (reads_pad_id and is_decoder(config)):
         return pad or 0
     chosen = next((token for token in (config.pad_token_id, pad, eos) if token is not None), None)
     if chosen is None:
@@ -432,101 +427,6 @@ def read_pad_id(config: PretrainedConfig, task: Task, pad: int | None, eos: int 
     return chosen
 
 
-def detect_spec(
-    model_dir: Path,
-    config: PretrainedConfig,
-    tokenizer_limit: int,
-    pad_id: int | None,
-    *,
-    eos_id: int | None = None,
-    tokenizer: Any = None,
-    task: str = "auto",
-    max_length: int | None = None,
-    source: str = "",
-    revision: str | None = None,
-) -> ModelSpec:
-    """The full spec of the model in ``model_dir``; raises ``UnsupportedModel`` with a reason.
-
-    ``pad_id``, ``eos_id``: the tokenizer's (``tokenizer`` itself for a ColBERT's prefixes and skiplist);
-    ``max_length``: the import's choice, within the model's limit (else its preferred length within its memory cap).
-    """
-    sparse, colbert = is_sparse_encoder(model_dir), is_colbert(model_dir)
-    if colbert and task in ("auto", "multivector"):
-        return multivector_spec(model_dir, tokenizer, read_lengths(config, tokenizer_limit, max_length, "multivector"), source, revision)
-    if colbert:
-        raise UnsupportedModel(f"a PyLate ColBERT model gives a vector per token: import it with --task multivector (or auto), not {task}")
-    if task == "multivector" or "HF_ColBERT" in (config.architectures or []):
-        raise UnsupportedModel(
-            "a multi-vector model is served as PyLate saves a ColBERT (config_sentence_transformers.json: model_type ColBERT); "
-            "a Stanford ColBERT checkpoint (HF_ColBERT) can be loaded with pylate.models.ColBERT and saved with its save()"
-        )
-    detected = "sparse" if sparse and task == "auto" else detect_task(config, task)  # its architecture was checked first (store)
-    if detected == "sparse" and not sparse:
-        raise UnsupportedModel("--task sparse needs a sentence-transformers SparseEncoder (modules.json: MLMTransformer + SpladePooling)")
-    if sparse and detected != "sparse":
-        raise UnsupportedModel(
-            f"a sentence-transformers SparseEncoder (SPLADE) gives sparse vectors: import it with --task sparse (or auto), not {task}"
-        )
-    lengths = read_lengths(config, tokenizer_limit, max_length, detected)
-    pad_id = read_pad_id(config, detected, pad_id, eos_id)
-    common: dict[str, Any] = {"task": detected, "pad_id": pad_id, "model_max_length": lengths.own, "source": source, "revision": revision}
-    if detected == "classify":
-        if task == "classify" and not any(name.endswith("ForSequenceClassification") for name in config.architectures or []):
-            raise UnsupportedModel(
-                "--task classify needs a *ForSequenceClassification model; "
-                f"this one is {', '.join(config.architectures or [config.model_type])}"
-            )
-        token_types = getattr(config, "type_vocab_size", 1) > 1
-        return ModelSpec(
-            max_length=lengths.served(), labels=read_labels(config), activation=read_activation(config), token_types=token_types, **common
-        )
-    if detected == "sparse":
-        sparse_pooling, sparse_activation = read_splade(model_dir, config)
-        max_seq_length, prompts, default_prompt_name = read_length_and_prompts(model_dir)
-        return ModelSpec(
-            max_length=lengths.served(max_seq_length),
-            dimensions=config.vocab_size,
-            sparse_pooling=sparse_pooling,
-            sparse_activation=sparse_activation,
-            prompts=prompts,
-            default_prompt_name=default_prompt_name,
-            **common,
-        )
-    pipeline = read_sentence_transformers(model_dir)
-    return ModelSpec(
-        max_length=lengths.served(pipeline.max_seq_length),
-        pooling=pipeline.pooling,
-        normalize=pipeline.normalize,
-        dimensions=pipeline.dense[-1][2] if pipeline.dense else config.hidden_size,
-        dense=tuple(activation for _, activation, _ in pipeline.dense),
-        prompts=pipeline.prompts,
-        default_prompt_name=pipeline.default_prompt_name,
-        **common,
-    )
-
-
-def multivector_spec(model_dir: Path, tokenizer: Any, lengths: Lengths, source: str, revision: str | None) -> ModelSpec:
-    """A PyLate ColBERT's spec: its documents up to its document length (``--max-length`` sets it), its queries
-    up to its query length, both within the model's own limit (and ``--max-length``)."""
-    colbert = read_colbert(model_dir, tokenizer)
-    dense = [read_dense(model_dir, module.get("path", "")) for module in (_read_json(model_dir / "modules.json") or [])[1:]]
-    _, prompts, default_prompt_name = read_length_and_prompts(model_dir)  # PyLate's encode puts them before queries and documents alike
-    return ModelSpec(
-        task="multivector",
-        max_length=lengths.served(colbert.document_length),
-        model_max_length=lengths.own,
-        query_length=min(colbert.query_length, lengths.chosen or lengths.own),
-        normalize=True,
-        dimensions=dense[-1][2],
-        dense=tuple(activation for _, activation, _ in dense),
-        query_prefix_id=colbert.query_prefix_id,
-        document_prefix_id=colbert.document_prefix_id,
-        expansion_id=colbert.expansion_id,
-        attend_to_expansion=colbert.attend_to_expansion,
-        skiplist=colbert.skiplist,
-        prompts=prompts,
-        default_prompt_name=default_prompt_name,
-        pad_id=tokenizer.pad_token_id or 0,
-        source=source,
-        revision=revision,
-    )
+def read_colbert_dense(model_dir: Path) -> list[tuple[str, DenseActivation, int]]:
+    """A PyLate ColBERT's Dense projections, in order: every module after its Transformer."""
+    return [read_dense(model_dir, module.get("path", "")) for module in (_read_json(model_dir / "modules.json") or [])[1:]]

@@ -33,32 +33,15 @@ from unittest import mock
 import onnx
 import torch
 
-from .heads import model_class, task_module
 from .onnx_layout import FP16, FP32, INPUTS, INT8, SINGLE_FILE_LIMIT, TOKEN_TYPES, onnx_dir
 from .quantize import quantize_fp16, quantize_int8, save_graph
 from .spec import ModelSpec
+from .tasks import task_of
 
 progress = logging.getLogger("textbento.import")
 
 # One warning per torchvision operator on every export ("torchvision is not installed"): not used here.
 logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
-
-
-class SingleOutput(torch.nn.Module):
-    """A transformers model called with ids and mask, returning only the tensor the backends use.
-
-    Exporting the bare model would also export its pooler (never used here) and a dict output.
-    """
-
-    def __init__(self, model: torch.nn.Module, output: str) -> None:
-        super().__init__()
-        self.model = model
-        self.output = output
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        # DistilBERT and others have no token types and refuse the argument, even as None.
-        types = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask, **types), self.output)
 
 
 def broadcast_mask(
@@ -109,16 +92,6 @@ def traceable_masks() -> Iterator[None]:
         yield
 
 
-def output_name(spec: ModelSpec) -> str:
-    """The graph's one output: what the backends post-process for this task."""
-    return {"classify": "logits", "embed": "last_hidden_state", "sparse": "sparse_embedding", "multivector": "token_embeddings"}[spec.task]
-
-
-def exported_module(model: torch.nn.Module, spec: ModelSpec, model_dir: str | Path) -> torch.nn.Module:
-    """What the graph computes: the model's one output the backends use, SPLADE's pooled weights, or token vectors."""
-    return task_module(model, spec, model_dir) or SingleOutput(model, output_name(spec))
-
-
 def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_file_limit: int = SINGLE_FILE_LIMIT) -> Path:
     """The fp32 ONNX graph of the ``save_pretrained`` model in ``model_dir``, with dynamic batch and sequence.
 
@@ -128,7 +101,8 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_
     docs/design.md 5): fp32 979 vs 811 sentences/s for the dynamo exporter's graph, per-token
     int8 1,921 vs 1,403. ONNX Runtime's transformer fusions (fused ``Attention``) made it slower.
     """
-    model = model_class(spec.task).from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
+    task = task_of(spec)
+    model = task.model_class().from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
     model.config.use_cache = False  # a decoder's key/value cache is for generation: not an output here
     # Distinct example tensors, one row padded, so that the mask is really used.
     input_ids = torch.arange(100, 116, dtype=torch.int64).reshape(2, 8)
@@ -136,12 +110,11 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_
     attention_mask[1, 5:] = 0
     inputs = (*INPUTS, TOKEN_TYPES) if spec.token_types else INPUTS
     examples = (input_ids, attention_mask, (input_ids % 2)) if spec.token_types else (input_ids, attention_mask)
-    axes = {name: {0: "batch", 1: "sequence"} for name in (*inputs, output_name(spec))}
-    if spec.task in ("classify", "sparse"):  # one row per text, without a sequence axis
-        axes[output_name(spec)] = {0: "batch"}
+    axes = {name: {0: "batch", 1: "sequence"} for name in inputs}
+    axes[task.graph_output] = {0: "batch", 1: "sequence"} if task.per_token_output else {0: "batch"}
     target.parent.mkdir(parents=True, exist_ok=True)
     # In eval mode for good: the exporter puts a module back in the mode it found it in, dropout included.
-    module = exported_module(model, spec, model_dir).eval()
+    module = task.graph_module(model, spec, model_dir).eval()
     # Past 2 GiB the exporter writes the weights to files of its own naming beside the graph: written
     # aside, then saved as the other graphs are (``save_graph``), in one file or with one side file.
     with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent) as scratch:
@@ -154,7 +127,7 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_
                 str(traced),
                 dynamo=False,
                 input_names=list(inputs),
-                output_names=[output_name(spec)],
+                output_names=[task.graph_output],
                 dynamic_axes=axes,
                 opset_version=17,
             )
@@ -194,7 +167,7 @@ def check_traced(module: torch.nn.Module, graph: Path, spec: ModelSpec) -> None:
             raise UntraceableModel(
                 f"the traced graph fails on a batch of shape {tuple(ids.shape)}: the model takes a path that depends on its input"
             ) from error
-        real = mask.numpy() == 1 if spec.task in ("embed", "multivector") else slice(None)
+        real = mask.numpy() == 1 if task_of(spec).per_token_output else slice(None)
         error = np.abs(exported - expected)[real].max() / max(np.abs(expected[real]).max(), 1.0)
         if error > 1e-3:
             raise UntraceableModel(

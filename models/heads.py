@@ -1,8 +1,8 @@
-"""The torch model a task runs: the transformers class that loads it, SPLADE's pooling on an MLM, and
-a multi-vector (ColBERT) model's projected, unit-length token vectors.
+"""The torch modules a task's graph computes on top of a transformers model: its one output the backends
+use, SPLADE's pooling on a masked LM, and a multi-vector (ColBERT) model's projected, unit-length token vectors.
 
-One place for the store (which saves it), the exporter (which traces it) and the torch backend
-(which serves it), so the three cannot load different heads.
+One place for the exporter (which traces them) and the torch backend (which serves them), so that the two
+cannot compute different answers; each task (``models.tasks``) says which of them is its graph.
 """
 
 from __future__ import annotations
@@ -10,23 +10,29 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, PreTrainedModel
+from transformers import PreTrainedModel
 
 from .postprocess import load_dense
-from .spec import ModelSpec, Task
+from .spec import ModelSpec
 
-MODEL_CLASSES = {
-    "classify": AutoModelForSequenceClassification,
-    "embed": AutoModel,
-    "sparse": AutoModelForMaskedLM,
-    "multivector": AutoModel,
-}
 TORCH_ACTIVATIONS = {"identity": torch.nn.Identity, "tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "sigmoid": torch.nn.Sigmoid}
 
 
-def model_class(task: Task) -> type:
-    """The transformers auto class whose ``from_pretrained`` loads a model of ``task`` with its head."""
-    return MODEL_CLASSES[task]
+class SingleOutput(torch.nn.Module):
+    """A transformers model called with ids and mask, returning only the tensor the backends use.
+
+    Exporting the bare model would also export its pooler (never used here) and a dict output.
+    """
+
+    def __init__(self, model: torch.nn.Module, output: str) -> None:
+        super().__init__()
+        self.model = model
+        self.output = output
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        # DistilBERT and others have no token types and refuse the argument, even as None.
+        types = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask, **types), self.output)
 
 
 class SpladeEncoder(torch.nn.Module):
@@ -79,13 +85,3 @@ class TokenVectors(torch.nn.Module):
         attended = (attention_mask == 1).to(attention_mask.dtype)
         hidden = self.model(input_ids=input_ids, attention_mask=attended, **types).last_hidden_state
         return torch.nn.functional.normalize(self.dense(hidden), p=2, dim=-1)
-
-
-def task_module(model: PreTrainedModel, spec: ModelSpec, model_dir: str | Path) -> torch.nn.Module | None:
-    """What a task computes on top of the transformers model inside it (and inside its ONNX graph): SPLADE's
-    pooled weights, a multi-vector model's token vectors; None where the backends post-process the model's output."""
-    if spec.task == "sparse":
-        return SpladeEncoder(model, spec).eval()
-    if spec.task == "multivector":
-        return TokenVectors(model, spec, model_dir).eval()
-    return None

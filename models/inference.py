@@ -6,14 +6,12 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
 from .batching import pad, plan_sub_batches
-
-if TYPE_CHECKING:  # selfcheck runs batches through here
-    from .selfcheck import Fidelity, Trial
+from .fidelity import Fidelity, Trial
 
 T = TypeVar("T")
 

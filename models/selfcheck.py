@@ -19,21 +19,23 @@ probe query with every probe document, which ranks documents: no score may move 
 
 What is compared: embeddings row by row (cosine); a classifier's logits centred per text (the
 softmax ignores a shift), or, for one logit (rerankers: what counts is the order it gives), the
-centred logits of the whole probe set as one vector (their correlation).
+centred logits of the whole probe set as one vector (their correlation). Each task's module
+(``models.tasks``) says how its answers are compared and which gates of its own it adds;
+``models.fidelity`` holds the gates and their measures.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 from .batching import pad
+from .fidelity import MAX_FLIPPED_MASS, MAX_MAXSIM_ERROR, MEAN_COSINE, MIN_COSINE, Fidelity, flipped_mass, row_cosines  # noqa: F401 (the gates, beside the check)
 from .inference import Backend, run_batch
-from .postprocess import maxsim, token_vectors
 from .spec import ModelSpec
-from .tokenization import SideTokenizer, TextTokenizer
+from .tasks import task_of
 
 # Where int8 errors show first (1-3 tokens, code, digits, accents, emoji; "?" is the text that
 # ONNX Runtime's saturating u8×s8 kernels on AVX2 got most wrong, cosine 0.873), mixed 1:3 with
@@ -77,53 +79,9 @@ SENTENCES = (
     "Symptoms include fever, a dry cough and tiredness for several days.",
 )
 PROBE_TEXTS = HARD_TEXTS + SENTENCES
-MIN_COSINE = 0.99
-MEAN_COSINE = 0.998
-MAX_FLIPPED_MASS = 0.005
-MAX_MAXSIM_ERROR = 0.005
 PROBE_TOKEN_BUDGET = 2048
 ALONE = 4
 SPEED_RUNS = 3
-
-
-@dataclass(frozen=True)
-class Fidelity:
-    """How close a fast graph came to fp32 on the probe set, here, and whether that passes."""
-
-    min_cosine: float
-    mean_cosine: float
-    probe_texts: int
-    seconds: float  # the check itself: both graphs over the probe set
-    max_flipped_mass: float | None = None  # sparse models only: ``flipped_mass``'s largest, over the probe
-    max_maxsim_error: float | None = None  # multi-vector models only: ``maxsim_errors``' largest, over the probe
-
-    @property
-    def passed(self) -> bool:
-        flips_pass = self.max_flipped_mass is None or self.max_flipped_mass <= MAX_FLIPPED_MASS
-        scores_pass = self.max_maxsim_error is None or self.max_maxsim_error <= MAX_MAXSIM_ERROR
-        return self.min_cosine >= MIN_COSINE and self.mean_cosine >= MEAN_COSINE and flips_pass and scores_pass
-
-    def as_dict(self) -> dict:
-        gates = {"min_cosine": MIN_COSINE, "mean_cosine": MEAN_COSINE}
-        if self.max_flipped_mass is not None:
-            gates["max_flipped_mass"] = MAX_FLIPPED_MASS
-        if self.max_maxsim_error is not None:
-            gates["max_maxsim_error"] = MAX_MAXSIM_ERROR
-        return {**asdict(self), "passed": self.passed, "gates": gates}
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One compute ``auto`` weighed on this machine: how close it came to fp32, and how fast it ran here."""
-
-    backend: str
-    precision: str
-    fidelity: Fidelity | None  # None: the fp32 graph, the reference itself
-    texts_per_s: float | None  # ``speed``; None: it missed the gates and was not timed
-    served: bool = False
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "fidelity": self.fidelity.as_dict() if self.fidelity else None}
 
 
 def speeds(backends: list[Backend], spec: ModelSpec, token_ids: list[np.ndarray]) -> list[float]:
@@ -143,66 +101,27 @@ def speeds(backends: list[Backend], spec: ModelSpec, token_ids: list[np.ndarray]
 
 
 def agreement(candidate: np.ndarray, reference: np.ndarray, spec: ModelSpec) -> np.ndarray:
-    """The cosines the gates are read from (the module's docstring says what is compared)."""
-    if spec.task == "classify" and candidate.shape[1] == 1:
-        candidate, reference = (rows.T - rows.mean() for rows in (candidate, reference))  # one row: the probe set
-    elif spec.task == "classify":
-        candidate, reference = (rows - rows.mean(axis=1, keepdims=True) for rows in (candidate, reference))
-    product = (candidate * reference).sum(axis=1)
-    norms = np.linalg.norm(candidate, axis=1) * np.linalg.norm(reference, axis=1)
-    # Rows that are zero in both (a centred single logit of one text) agree; zero in one only, not.
-    return np.where(norms > 0, product / np.maximum(norms, 1e-30), np.where(product == 0, 1.0, 0.0))
+    """The cosines the gates are read from, of the rows as the model's task compares them (the module's docstring says how)."""
+    return row_cosines(*task_of(spec).comparable(candidate, reference))
 
 
-def flipped_mass(candidate: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """Per row of sparse weights: the share of the reference row's L1 mass that the weights zero on
-    one side only stand for (each is what it can add to or take from a dot product with a query)."""
-    flipped = (candidate != 0) != (reference != 0)
-    moved = np.abs(candidate - reference).sum(axis=1, where=flipped)
-    total = np.abs(reference).sum(axis=1)
-    return np.where(total > 0, moved / np.maximum(total, 1e-30), np.where(moved == 0, 0.0, 1.0))
-
-
-def probe_ids(model_dir: str, spec: ModelSpec) -> list[np.ndarray]:
-    """The probe texts' token ids as the model reads them; a multi-vector model's as queries, then as documents."""
-    if spec.task == "multivector":
-        return [e.ids for side in ("query", "document") for e in SideTokenizer(model_dir, spec, side).encode(PROBE_TEXTS)]
-    return [encoded.ids for encoded in TextTokenizer(model_dir, spec.max_length).encode(PROBE_TEXTS)]
-
-
-def maxsim_errors(candidate: list[np.ndarray], reference: list[np.ndarray], spec: ModelSpec, token_ids: list[np.ndarray]) -> np.ndarray:
-    """Per probe query, the largest change of its MaxSim score with any probe document, per query token."""
-    half = len(token_ids) // 2
-
-    def scores(rows: list[np.ndarray]) -> np.ndarray:
-        documents = [token_vectors(row, ids, spec.skiplist) for row, ids in zip(rows[half:], token_ids[half:])]
-        return np.array(
-            [[maxsim(query.reshape(len(ids), -1), document) for document in documents] for query, ids in zip(rows[:half], token_ids)]
-        )
-
-    lengths = np.array([len(ids) for ids in token_ids[:half]])
-    return np.abs(scores(candidate) - scores(reference)).max(axis=1) / lengths
+def probe_ids(model_dir: str | Path, spec: ModelSpec) -> list[np.ndarray]:
+    """The probe texts' token ids as the model reads them (a multi-vector model's as queries, then as documents)."""
+    return task_of(spec).probe_token_ids(model_dir, spec, PROBE_TEXTS)
 
 
 def self_check(candidate: Backend, reference: Backend, spec: ModelSpec, token_ids: list[np.ndarray]) -> Fidelity:
     """``candidate`` against ``reference`` on the probe's token ids (``probe_ids``), in
     length-sorted batches: per-token int8 and fp32 give a text the same row alone or batched."""
     started = time.perf_counter()
+    task = task_of(spec)
     rows = [run_batch(backend, token_ids, spec.pad_id, PROBE_TOKEN_BUDGET) for backend in (candidate, reference)]
-    flips = scores = None
-    if spec.task == "multivector":  # every token's vector is a row to compare
-        scores = float(f"{maxsim_errors(*rows, spec, token_ids).max():.3g}")
-        rows = [np.concatenate([row.reshape(len(ids), -1) for row, ids in zip(backend_rows, token_ids)]) for backend_rows in rows]
-    else:
-        rows = [np.stack(backend_rows) for backend_rows in rows]
-    cosines = agreement(*rows, spec)
-    if spec.task == "sparse":
-        flips = float(f"{flipped_mass(*rows).max():.3g}")
+    own_gates = task.own_gates(*rows, spec, token_ids)
+    cosines = agreement(*(task.compared_rows(backend_rows, token_ids) for backend_rows in rows), spec)
     return Fidelity(
         round(float(cosines.min()), 5),
         round(float(cosines.mean()), 5),
         len(token_ids),
         round(time.perf_counter() - started, 3),
-        flips,
-        scores,
+        **own_gates,
     )

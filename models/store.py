@@ -24,10 +24,10 @@ import bentoml
 import numpy as np
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast
 
-from .detection import UnsupportedModel, detect_spec, detect_task, is_decoder, read_sentence_transformers
-from .heads import model_class
+from .detection import UnsupportedModel, check_architecture, is_decoder, read_sentence_transformers
 from .postprocess import DENSE_FILE
 from .spec import ModelSpec
+from .tasks import detect_spec, task_of
 
 # Progress of the long steps, for the command lines (train_import/cli.py shows it on stderr).
 progress = logging.getLogger("textbento.import")
@@ -109,7 +109,7 @@ def import_model(
     if not (model_dir / "config.json").is_file():
         raise UnsupportedModel(f"{model_dir} is not a transformers model (no config.json)")
     config = AutoConfig.from_pretrained(str(model_dir))
-    detect_task(config, task)  # an unsupported architecture is the first thing to report
+    check_architecture(config)  # an unsupported architecture is the first thing to report
     if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
         raise UnsupportedModel(f"{model_dir} has no usable tokenizer: none of {', '.join(TOKENIZER_FILES)}")
     try:
@@ -131,8 +131,8 @@ def import_model(
         revision=revision,
     )
     progress.info("loading %s (%s)", source, spec.task)
-    model = model_class(spec.task).from_pretrained(str(model_dir))
-    if spec.task == "classify" and is_decoder(config):
+    model = task_of(spec).model_class().from_pretrained(str(model_dir))
+    if task_of(spec).decoder_reads_pad_id and is_decoder(config):
         # Stored with the pad id it finds each row's last token by (``detection.read_pad_id``).
         model.config.pad_token_id = spec.pad_id
         if tokenizer.pad_token_id is None:
@@ -147,7 +147,7 @@ def import_model(
         if onnx:
             # The store writes the metadata when the context closes: what the export did goes in with it.
             stored.info.metadata.update(try_export(stored.path, spec, ", ".join(config.architectures or [config.model_type])))
-        if spec.task == "embed":
+        if task_of(spec).dense_vector_per_text:
             stored.info.metadata.update(calibrate(stored.path, spec, calibration))
     return stored.tag
 

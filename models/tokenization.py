@@ -183,13 +183,6 @@ class QueryAndDocuments:
         return self.query.encode(texts[:1], cut, max_tokens) + self.document.encode(texts[1:], cut, max_tokens)
 
 
-def side_tokenizers(model_dir: str | Path, spec: ModelSpec) -> dict[Side, SideTokenizer]:
-    """A multi-vector model's query and document tokenizers (none for other models)."""
-    if spec.task != "multivector":
-        return {}
-    return {side: SideTokenizer(model_dir, spec, side) for side in ("query", "document")}
-
-
 @dataclass(frozen=True)
 class Token:
     """One token of ``/tokenize``: its id, its text, whether it is special, and where it lies in the input (UTF-8 bytes)."""

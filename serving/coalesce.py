@@ -1,8 +1,8 @@
-"""Merges the texts of concurrent requests into fewer, larger calls to the runner.
+"""Merges the texts of concurrent requests into fewer, larger calls to the Encoder.
 
 Every call to the Encoder has a fixed cost on both sides of the Unix socket: HTTP, pickle,
 BentoML's per-call validation, tracing and batcher bookkeeping. Profiled at one text per request
-and concurrency 64 (``python -m bench.studies.profile``), that cost took as much CPU as the model itself.
+and concurrency 64, that cost took as much CPU as the model itself (docs/design.md 6, 8).
 An API worker therefore keeps at most a few calls in flight; requests that arrive meanwhile wait
 and leave together in the next call. A lone request finds no call in flight and goes at once, so
 light traffic pays nothing for it; the Encoder's adaptive batcher still merges the calls of all
@@ -51,7 +51,7 @@ class Coalescer(Generic[Item, Result]):
     (``Overloaded``): when the oldest piece waiting has already waited that long, a new one waits
     longer still. Taken in, it would only be dropped at its deadline after costing the queue a
     place; refused, the capacity goes to the requests that can be answered in time, and the client
-    learns at once (``python -m bench.studies.goodput``).
+    learns at once (docs/design.md 16).
     """
 
     def __init__(self, call: Callable[[list[Item]], Awaitable[list[Result]]], *, max_items: int, in_flight: int) -> None:

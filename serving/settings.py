@@ -31,14 +31,14 @@ class Settings(BaseSettings):
     )
     backend: Literal["auto", "torch", "onnx", "onnx-int8", "openvino"] = Field(
         "auto",
-        description="inference backend of the runner; auto: onnx fp16 on CUDA; on CPU the fastest here of onnx-int8, fp32 and openvino"
+        description="inference backend of the Encoder; auto: onnx fp16 on CUDA; on CPU the fastest here of onnx-int8, fp32 and openvino"
         " (bf16 with AMX, where installed) that passes the start-up self-check; torch without ONNX graphs",
     )
     # "cpu_count" is resolved by BentoML where the service runs, not where the bento was built.
     workers: Annotated[int, Field(ge=1)] | Literal["cpu_count"] = Field("cpu_count", description="API/tokenizer worker processes")
     # On a CPU each thread runs a slice of every pass on a single-threaded ONNX Runtime session, and
     # a lone text gets all of them (models/backends/onnx_backend.Streams; docs/design.md 9).
-    runner_threads: int = Field(default_factory=_cpu_count, ge=1, description="CPU threads of the runner")
+    runner_threads: int = Field(default_factory=_cpu_count, ge=1, description="CPU threads of each Encoder")
     # The size limits, each where it does a job: an API worker's call to the Encoder carries at
     # most max_batch_size texts (the coalescer cuts and merges requests to it), so that BentoML's
     # batcher, which merges calls up to the same limit, never has to refuse one; token_budget

@@ -154,9 +154,9 @@ class Telemetry:
 
     @cached_property
     def tracer(self):
-        from bentoml._internal.configuration.containers import BentoMLContainer
+        from .compat.bentoml_internals import tracer_provider
 
-        return BentoMLContainer.tracer_provider.get().get_tracer("textbento")
+        return tracer_provider().get_tracer("textbento")
 
     def answered(self, route: str, status: int) -> None:
         if self.enabled:

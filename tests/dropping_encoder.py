@@ -18,6 +18,7 @@ import time
 
 from uvicorn.protocols.http import h11_impl, httptools_impl
 
+from models.engine import Engine
 from service import Encoder, TextBento  # noqa: F401 - the services under test
 
 EVERY = int(os.environ.get("TEXTBENTO_TEST_DROP_EVERY", "0"))
@@ -73,4 +74,4 @@ def poisoned(forward):
 for protocol in (httptools_impl.HttpToolsProtocol, h11_impl.H11Protocol):
     protocol.data_received = dropping(protocol.data_received)
 if POISON >= 0:
-    Encoder.forward = poisoned(Encoder.forward)
+    Engine.forward = poisoned(Engine.forward)

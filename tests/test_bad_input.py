@@ -13,13 +13,15 @@ import pytest
 import requests
 
 import api.tei
-from api import tei_routes
 from api.catalog import Catalog, ServedModel
 from api.errors import APIError
+from api.flow import Admission
 from api.pipeline import Pipeline
+from api.routes import tei as tei_routes
 from models.spec import ModelSpec
 from models.store import default_model_dir
-from models.tokenization import TextTokenizer, side_tokenizers
+from models.tasks import task_of
+from models.tokenization import TextTokenizer
 from serving.gone import deadline
 from serving.settings import settings
 from serving.wire import ids_from_wire, rows_to_wire
@@ -191,14 +193,13 @@ def stand_in(task: str = "embed", row=None, max_in_flight: int = 4, **spec) -> S
         calls=StandInEncoder(*([row] if row else [])),
         encoder=None,
         forget=print,
-        max_in_flight=max_in_flight,
-        sides=side_tokenizers(default_model_dir(), spec),
+        admission=Admission("stand-in", max_in_flight),
+        sides=task_of(spec).side_tokenizers(default_model_dir(), spec),
     )
 
 
-class StandInServer(Pipeline):
-    def __init__(self, model: ServedModel) -> None:
-        self.models = Catalog([model])
+def StandInServer(model: ServedModel) -> Pipeline:
+    return Pipeline(Catalog([model]))
 
 
 def refused(call) -> APIError:

@@ -47,7 +47,7 @@ def info(bento: Path) -> dict:
 
 
 def test_the_code_is_the_service_and_its_packages_only(bento):
-    ours = [ROOT / "service.py", *ROOT.glob("api/**/*.py"), *ROOT.glob("models/**/*.py"), *ROOT.glob("serving/*.py")]
+    ours = [ROOT / "service.py", *ROOT.glob("api/**/*.py"), *ROOT.glob("models/**/*.py"), *ROOT.glob("serving/**/*.py")]
     assert {p.relative_to(bento / "src") for p in (bento / "src").rglob("*.py")} == {p.relative_to(ROOT) for p in ours}
 
 

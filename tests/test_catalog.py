@@ -10,6 +10,7 @@ import pytest
 
 from api.catalog import Catalog, ServedModel
 from api.errors import APIError
+from api.flow import Admission
 from models.spec import ModelSpec
 
 
@@ -25,8 +26,8 @@ def model(name: str, task: str, labels: tuple[str, ...] = (), source: str = "") 
         calls=None,
         encoder=None,
         forget=print,
+        admission=Admission(name, 2),
         aliases=frozenset({name, tag, source} - {""}),
-        max_in_flight=2,
     )
 
 
@@ -74,21 +75,21 @@ def test_unknown_and_wrong_models_are_refused_naming_what_is_served():
 
 def test_admission_is_per_model():
     embedder, classifier = CATALOG[0], CATALOG[2]
-    with embedder.admitted(), embedder.admitted():
-        with pytest.raises(APIError) as refused, embedder.admitted():
+    with embedder.admission(), embedder.admission():
+        with pytest.raises(APIError) as refused, embedder.admission():
             pass
         assert refused.value.status == 429 and "'embedder'" in refused.value.message and refused.value.retry_after == 1
-        with classifier.admitted():  # the other model still admits
-            assert classifier.in_flight == 1
-    assert embedder.in_flight == classifier.in_flight == 0
+        with classifier.admission():  # the other model still admits
+            assert classifier.admission.in_flight == 1
+    assert embedder.admission.in_flight == classifier.admission.in_flight == 0
 
 
 def answering(*answers) -> ServedModel:
-    """The embedder, its Encoder's ``device()`` giving ``answers`` in turn: a card, an error to raise,
+    """The embedder, its Encoder's ``runtime()`` giving ``answers`` in turn: a card, an error to raise,
     or ``"hang"`` (a restarting Encoder: the arbiter's socket takes the call, nobody answers yet)."""
     queue = list(answers)
 
-    async def device():
+    async def runtime():
         answer = queue.pop(0)
         if answer == "hang":
             await asyncio.sleep(60)
@@ -96,7 +97,7 @@ def answering(*answers) -> ServedModel:
             raise answer
         return answer
 
-    client = SimpleNamespace(to_async=SimpleNamespace(device=device))
+    client = SimpleNamespace(to_async=SimpleNamespace(runtime=runtime))
     return replace(CATALOG[0], encoder=lambda: client)
 
 

@@ -1,7 +1,11 @@
 """A short chaos run (``make chaos`` runs 30 minutes): one SIGKILL of the Encoder, one of an API
-worker, under mixed traffic at c=64; bench/chaos.py judges what every request got."""
+worker, under mixed traffic at c=64; reliability/chaos.py judges what every request got."""
 
-from bench import chaos
+import pytest
+
+from reliability import chaos
+
+pytestmark = pytest.mark.slow_proof  # test_faults kills the Encoder and an API worker in make test; here, under a minute of load
 
 
 def test_kills_under_load_lose_nothing_and_throughput_recovers(embed_tag, tmp_path):

@@ -1,6 +1,6 @@
-"""Connection timeouts (serving/connections.py, api/middleware.ReadBodyFirst): slow clients are cut off,
-slow uploads answered 408 without holding an admission slot, idle connections closed, and the Encoder
-never closes an idle connection its client may still reuse."""
+"""Connection timeouts (serving/connections.py, serving/compat/uvicorn_connections.py, api/middleware.ReadBodyFirst):
+slow clients are cut off, slow uploads answered 408 without holding an admission slot, idle connections closed.
+That the Encoder never closes an idle connection its client may still reuse is pinned in tests/test_compat.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import requests
 
-from serving.settings import ENCODER_KEEP_ALIVE_S
 from tests.conftest import lone_latencies, running
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,22 +24,6 @@ SLOW_CLIENTS = 2000
 HEADER_TIMEOUT_S = 3
 BODY_TIMEOUT_S = 3
 MAX_CONCURRENCY = 4  # per API worker: a few stalled uploads would fill it, were they admitted before their body
-
-
-def test_the_encoder_outlasts_its_clients_keep_alive():
-    """The failed hop's cause, pinned against the installed BentoML: its client session keeps an
-    idle connection for the connector's keep-alive, which must end before the Encoder's server
-    closes it (else the server may close a connection just as the client reuses it)."""
-    from _bentoml_impl.client.proxy2 import SessionManager
-
-    async def client_keep_alive() -> float:
-        session = SessionManager("file:///tmp/textbento-missing.sock", timeout=1, headers={})._make_client()
-        try:
-            return session.connector._keepalive_timeout
-        finally:
-            await session.close()
-
-    assert 0 < asyncio.run(client_keep_alive()) < ENCODER_KEEP_ALIVE_S
 
 
 def test_the_open_files_limit_is_raised_to_the_hard_limit():
@@ -196,10 +179,11 @@ def test_an_idle_keep_alive_connection_is_closed(guarded_server):
 
 
 def test_requests_in_progress_counts_the_requests_uvicorn_is_answering():
-    """What the Encoder reads to run a lone pass on its event loop (service.Encoder.on_the_loop): the
+    """What the Encoder reads to run a lone pass on its event loop (models/engine.Engine.on_the_loop, through service.Encoder.encode): the
     requests of every connection of this process's server, each counted until it is answered."""
     import uvicorn
 
+    from serving import compat
     from serving.connections import limit_connections, requests_in_progress
 
     async def scenario() -> tuple[int, int, int]:
@@ -213,6 +197,7 @@ def test_requests_in_progress_counts_the_requests_uvicorn_is_answering():
             await send({"type": "http.response.body", "body": b"ok"})
 
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http="httptools", log_level="warning", lifespan="off"))
+        compat.apply()
         limit_connections(header_timeout_s=5, body_timeout_s=5, keep_alive_s=5)
         serving = asyncio.create_task(server.serve())
         while not server.started:
@@ -241,44 +226,15 @@ def test_requests_in_progress_counts_the_requests_uvicorn_is_answering():
     assert asyncio.run(asyncio.wait_for(scenario(), 30)) == (0, 3, 0)
 
 
-def test_a_lone_short_text_runs_on_the_loop_only_when_nothing_else_is_answered(monkeypatch):
-    """service.Encoder.on_the_loop: one text of at most LOOP_PASS_TOKENS, the Encoder's only request,
-    the inference thread idle, on a backend whose warm lone pass was short; any other case hops."""
-    from types import SimpleNamespace
-
-    import numpy as np
-
-    import service
-    from serving.wire import Text
-
-    in_progress = [1]
-    monkeypatch.setattr(service, "requests_in_progress", lambda: in_progress[0])
-    encoder = SimpleNamespace(loop_passes=True, thread=SimpleNamespace(held=0))
-
-    def text(tokens: int) -> Text:
-        return Text(key=0, deadline=float("inf"), ids=np.ones(tokens, dtype=np.int32))
-
-    def on_the_loop(texts: list[Text]) -> bool:
-        return service.Encoder.on_the_loop(encoder, texts)
-
-    assert on_the_loop([text(service.LOOP_PASS_TOKENS)])
-    assert not on_the_loop([text(service.LOOP_PASS_TOKENS + 1)])
-    assert not on_the_loop([text(4), text(4)])
-    in_progress[0] = 2
-    assert not on_the_loop([text(4)])
-    in_progress[0], encoder.thread.held = 1, 1
-    assert not on_the_loop([text(4)])
-    encoder.thread.held, encoder.loop_passes = 0, False
-    assert not on_the_loop([text(4)])
-
-
 def test_a_body_still_arriving_after_its_answer_is_cut_at_the_body_deadline():
     """An app that answers without reading the body (a 401, a 404): each byte that trickles in after the
     answer stopped uvicorn's keep-alive timer, and the connection was held for as long as the client
     trickled. The body deadline (plus its grace) closes it."""
     import uvicorn
 
-    from serving.connections import BODY_GRACE_S, limit_connections
+    from serving import compat
+    from serving.compat.uvicorn_connections import BODY_GRACE_S
+    from serving.connections import limit_connections
 
     body_timeout_s = 1.0
 
@@ -290,6 +246,7 @@ def test_a_body_still_arriving_after_its_answer_is_cut_at_the_body_deadline():
             await send({"type": "http.response.body", "body": b"no"})
 
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http="httptools", log_level="warning", lifespan="off"))
+        compat.apply()
         limit_connections(header_timeout_s=5, body_timeout_s=body_timeout_s, keep_alive_s=5)
         serving = asyncio.create_task(server.serve())
         while not server.started:

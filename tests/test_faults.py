@@ -17,11 +17,11 @@ import pytest
 import requests
 from transformers import AutoTokenizer, Qwen3Config
 
-from bench.storm import gauges, idle_levels, settled
 from harness.load import closed_loop
 from harness.serving import role
 from harness.testmodels import build_decoder, build_decoder_tokenizer
 from models.store import import_model
+from reliability.storm import gauges, idle_levels, settled
 from serving.coalesce import Coalescer, ItemFailed
 from serving.hop import LoneCalls, resend_unanswered, unsent
 from tests.conftest import eventually_ok, running

@@ -1,7 +1,7 @@
 """``make hostile``'s parts that need no server: the text fields it finds in an OpenAPI, the requests it
 spells, and what it counts as not back to the start (the battery itself runs minutes: ``make hostile``)."""
 
-from bench.hostile import PHASES, breaches, raw_request, route_variants, spellings, status_of
+from reliability.hostile import PHASES, breaches, raw_request, route_variants, spellings, status_of
 
 SCHEMAS = {
     "Pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}], "minItems": 2, "maxItems": 2},

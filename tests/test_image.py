@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import requests
 
-from bench import write_result
+from harness.results import write_result
 from harness.serving import free_port
 from tests.reference import TEXTS, backend_outputs
 

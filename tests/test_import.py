@@ -9,9 +9,10 @@ import pytest
 from transformers import BartConfig, BertConfig, DistilBertConfig, GPT2Config, LlamaConfig, Qwen3Config, T5Config
 
 from harness.testmodels import build_decoder, build_decoder_tokenizer
-from models.detection import UnsupportedModel, detect_task, read_sentence_transformers
+from models.detection import UnsupportedModel, read_sentence_transformers
 from models.spec import PASS_MEMORY, REFERENCE_BUDGET, ModelSpec, memory_cap, pass_bytes, shape_of
 from models.store import default_model_dir, import_model
+from models.tasks import detect_task
 from models.tokenization import TextTokenizer
 from serving.settings import Settings
 from tests.conftest import run_import
@@ -22,22 +23,22 @@ LONG_DECODER = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads"
 LONG_DECODER_CAP = 2816
 
 
-def test_detects_classifier_and_encoder_tasks():
-    assert detect_task(DistilBertConfig(architectures=["DistilBertForSequenceClassification"])) == "classify"
-    assert detect_task(BertConfig(architectures=["BertModel"])) == "embed"
-    assert detect_task(DistilBertConfig(architectures=["DistilBertForSequenceClassification"]), "embed") == "embed"
+def test_detects_classifier_and_encoder_tasks(tmp_path):
+    assert detect_task(tmp_path, DistilBertConfig(architectures=["DistilBertForSequenceClassification"])).name == "classify"
+    assert detect_task(tmp_path, BertConfig(architectures=["BertModel"])).name == "embed"
+    assert detect_task(tmp_path, DistilBertConfig(architectures=["DistilBertForSequenceClassification"]), "embed").name == "embed"
 
 
-def test_detects_decoder_only_tasks():
-    assert detect_task(Qwen3Config(architectures=["Qwen3Model"])) == "embed"
-    assert detect_task(GPT2Config(architectures=["GPT2LMHeadModel"])) == "embed"
-    assert detect_task(LlamaConfig(architectures=["LlamaForSequenceClassification"])) == "classify"
+def test_detects_decoder_only_tasks(tmp_path):
+    assert detect_task(tmp_path, Qwen3Config(architectures=["Qwen3Model"])).name == "embed"
+    assert detect_task(tmp_path, GPT2Config(architectures=["GPT2LMHeadModel"])).name == "embed"
+    assert detect_task(tmp_path, LlamaConfig(architectures=["LlamaForSequenceClassification"])).name == "classify"
 
 
 @pytest.mark.parametrize("config", [T5Config(architectures=["T5ForConditionalGeneration"]), BartConfig(architectures=["BartModel"])])
-def test_rejects_encoder_decoder(config):
+def test_rejects_encoder_decoder(config, tmp_path):
     with pytest.raises(UnsupportedModel, match="unsupported architecture .*: an encoder-decoder model"):
-        detect_task(config)
+        detect_task(tmp_path, config)
 
 
 def test_reads_sentence_transformers_settings():

@@ -5,6 +5,10 @@
 - ``serving/``: the BentoML plumbing; no inference runtime, no FastAPI.
 - ``harness/``: drives the service from outside, as a user would; none of its code.
 - ``bulk/``: runs the models in process; no service, no HTTP.
+- ``reliability/``: the reliability batteries, from outside like ``harness``; neither ``api`` nor ``service``.
+
+The product (``api``, ``models``, ``serving``, ``bulk``) imports none of the lab (``harness``, ``bench``,
+``reliability``, ``tests``), and the lab's shared packages import nothing from ``bench``.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ("torch", "onnxruntime", "onnx", "transformers", "safetensors")
+LAB = ("harness", "bench", "reliability", "tests")
 FORBIDDEN = {
-    "models": ("bentoml._internal", "_bentoml_impl", "_bentoml_sdk", "fastapi", "starlette", "aiohttp", "uvicorn", "api", "serving"),
-    "api": RUNTIMES,
-    "serving": (*RUNTIMES, "fastapi"),
-    "harness": ("api", "serving", "service"),
-    "bulk": ("service", "fastapi", "starlette", "aiohttp", "uvicorn", "bentoml._internal", "_bentoml_impl", "_bentoml_sdk"),
+    "models": ("bentoml._internal", "_bentoml_impl", "_bentoml_sdk", "fastapi", "starlette", "aiohttp", "uvicorn", "api", "serving", *LAB),
+    "api": (*RUNTIMES, *LAB),
+    "serving": (*RUNTIMES, "fastapi", *LAB),
+    "harness": ("api", "serving", "service", "bench", "reliability"),
+    "bulk": ("service", "fastapi", "starlette", "aiohttp", "uvicorn", "bentoml._internal", "_bentoml_impl", "_bentoml_sdk", *LAB),
+    "reliability": ("api", "service", "bench"),
 }
 
 
@@ -69,21 +75,13 @@ def module_name(path: Path) -> str:
 
 
 def internal_imports(path: Path, modules: set[str]) -> set[str]:
-    """The project modules ``path`` imports, at any depth of its code (imports inside functions too),
-    leaving out those only type checkers read (``if TYPE_CHECKING:``)."""
+    """The project modules ``path`` imports, at any depth of its code (imports inside functions, and those
+    only type checkers read, ``if TYPE_CHECKING:``, too: a circle of types is a circle)."""
     tree, package = ast.parse(path.read_text()), module_name(path).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
-    typing_only = {
-        id(child)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for child in ast.walk(node)
-    }
     found = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

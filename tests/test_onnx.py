@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.ceiling import quantize_int8_per_tensor
+from harness.per_tensor import quantize_int8_per_tensor
 from models.backends import load_backend
 from models.batching import pad
 from models.inference import run_batch, run_window

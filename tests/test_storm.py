@@ -6,8 +6,12 @@ in one run, +0.1% in the other worker)."""
 
 import json
 
-from bench.storm import check
+import pytest
+
+from reliability.storm import check
 from tests.conftest import running
+
+pytestmark = pytest.mark.slow_proof  # test_gone and test_faults prove given-up requests and disconnects in make test
 
 
 def test_a_storm_of_clients_giving_up_leaves_nothing_held(embed_tag, cross_encoder_tag, classify_tag, sparse_tag, logs):

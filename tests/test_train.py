@@ -151,6 +151,15 @@ def embedder_tag(tmp_path_factory):
     return tag
 
 
+@pytest.mark.slow  # trains a model
+def test_the_trained_embedder_is_stored_with_its_scores_before_and_after(embedder_tag):
+    """The fixture holds the training's record; stored like any import, the default backend's graphs included."""
+    import bentoml
+
+    assert (Path(bentoml.models.get(embedder_tag).path) / "onnx").is_dir()
+
+
+@pytest.mark.slow_proof  # make test-slow-proofs: both trained models served side by side (a server start)
 def test_the_trained_models_are_served_the_classifier_with_its_new_labels(classifier_tag, embedder_tag, logs):
     """Both trained models in one server (one start: the suite's time), each answering its own routes."""
     with running(classifier_tag, logs, "trained", TEXTBENTO_MODELS=f"{classifier_tag},{embedder_tag}") as server:

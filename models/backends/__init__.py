@@ -17,9 +17,10 @@ import logging
 from pathlib import Path
 
 from ..cpu import describe, has_amx_bf16
+from ..fidelity import Trial
 from ..inference import Backend
 from ..onnx_layout import has_onnx
-from ..selfcheck import Trial, probe_ids, self_check
+from ..selfcheck import probe_ids, self_check
 from ..selfcheck import speeds as texts_per_s
 from ..spec import ModelSpec
 

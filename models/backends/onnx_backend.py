@@ -19,8 +19,9 @@ import onnxruntime as ort
 from ..batching import balanced_slices, split_segments
 from ..cpu import signed_int8_is_exact
 from ..onnx_layout import FP16, FP32, INT8, TOKEN_TYPES, external_data, has_onnx, onnx_dir
-from ..postprocess import DenseLayer, load_dense, sentence_embeddings
+from ..postprocess import load_dense
 from ..spec import ModelSpec
+from ..tasks import task_of
 
 SIGNED, UNSIGNED = "int8 (u8×s8)", "int8 (u8×u8)"  # the int8 graph's precision, by the kernels it runs on
 CUDA = "CUDAExecutionProvider"
@@ -104,6 +105,7 @@ class OnnxBackend:
         unsigned: bool | None = None,
     ) -> None:
         self.spec = spec
+        self.task = task_of(spec)  # what the backend answers from the graph's output
         self.dense = load_dense(model_dir, spec.dense)
         directory = onnx_dir(model_dir)
         if not has_onnx(model_dir):
@@ -147,7 +149,7 @@ class OnnxBackend:
         width = int(lengths[rows].max())
         ids, mask = input_ids[rows, :width], attention_mask[rows, :width]
         output = session.run(None, graph_inputs(self.spec, ids, mask))[0]
-        return graph_answer(self.spec, output, mask, self.dense, input_ids.shape[1])
+        return self.task.graph_answer(self.spec, output, mask, self.dense, input_ids.shape[1])
 
 
 class Streams:
@@ -195,14 +197,3 @@ def graph_inputs(spec: ModelSpec, input_ids: np.ndarray, attention_mask: np.ndar
     if spec.token_types:
         inputs[TOKEN_TYPES] = token_type_ids.astype(np.int64, copy=False)
     return inputs
-
-
-def graph_answer(spec: ModelSpec, output: np.ndarray, attention_mask: np.ndarray, dense: list[DenseLayer], width: int) -> np.ndarray:
-    """A stored graph's first output as the backend answers: logits and SPLADE weights (pooled in the
-    graph) as they are, an embedder's token states pooled into sentence embeddings, token vectors padded
-    to the batch's ``width`` (a stream's slice is cut to its own longest row; the slices are joined)."""
-    if spec.task == "multivector":
-        return np.pad(output, ((0, 0), (0, width - output.shape[1]), (0, 0)))
-    if spec.task != "embed":
-        return output
-    return sentence_embeddings(output, attention_mask, spec.pooling, spec.normalize, dense)

@@ -18,7 +18,8 @@ from ..cpu import has_bf16_units
 from ..onnx_layout import FP32, onnx_dir
 from ..postprocess import load_dense
 from ..spec import ModelSpec
-from .onnx_backend import graph_answer, graph_inputs
+from ..tasks import task_of
+from .onnx_backend import graph_inputs
 
 
 class OpenVinoBackend:
@@ -31,6 +32,7 @@ class OpenVinoBackend:
 
     def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int) -> None:
         self.spec = spec
+        self.task = task_of(spec)  # what the backend answers from the graph's output
         self.dense = load_dense(model_dir, spec.dense)
         self.precision = "bf16" if has_bf16_units() else "fp32"
         self.fidelity = None  # set by ``auto``'s self-check (models.selfcheck)
@@ -46,4 +48,4 @@ class OpenVinoBackend:
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Logits, pooled sentence embeddings, SPLADE weights or token vectors of one padded batch."""
         output = self.request.infer(graph_inputs(self.spec, input_ids, attention_mask))[self.output]
-        return graph_answer(self.spec, output, attention_mask, self.dense, input_ids.shape[1])
+        return self.task.graph_answer(self.spec, output, attention_mask, self.dense, input_ids.shape[1])

@@ -8,9 +8,9 @@ import numpy as np
 import torch
 
 from ..batching import split_segments
-from ..heads import model_class, task_module
-from ..postprocess import load_dense, sentence_embeddings
+from ..postprocess import load_dense
 from ..spec import ModelSpec
+from ..tasks import task_of
 
 
 class TorchBackend:
@@ -29,10 +29,11 @@ class TorchBackend:
         torch.set_num_threads(threads)
         dtype = torch.float16 if self.device == "cuda" else torch.float32
         self.precision = "fp16" if self.device == "cuda" else "fp32"
-        self.model = model_class(spec.task).from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
+        self.task = task_of(spec)
+        self.model = self.task.model_class().from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
         self.model.config.use_cache = False  # a decoder would keep every pass's keys and values, for generation
-        # SPLADE pools its MLM logits, a multi-vector model projects its tokens, in torch as in the ONNX graph (``models.heads``).
-        self.head = task_module(self.model, spec, model_dir)
+        # What the ONNX graph computes, in torch (``models.heads``): SPLADE pools its MLM logits, a multi-vector model projects its tokens.
+        self.graph = self.task.graph_module(self.model, spec, model_dir)
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         input_ids, token_type_ids = split_segments(input_ids)
@@ -40,10 +41,5 @@ class TorchBackend:
         types = {"token_type_ids": torch.from_numpy(token_type_ids).to(self.device)} if self.spec.token_types else {}
         ids, mask = torch.from_numpy(input_ids).to(self.device), torch.from_numpy(attention_mask).to(self.device)
         with torch.inference_mode():
-            if self.head is not None:
-                return self.head(ids, mask, **types).float().cpu().numpy()
-            outputs = self.model(input_ids=ids, attention_mask=mask, **types)
-            if self.spec.task == "classify":
-                return outputs.logits.float().cpu().numpy()
-            hidden = outputs.last_hidden_state.float().cpu().numpy()
-        return sentence_embeddings(hidden, attention_mask, self.spec.pooling, self.spec.normalize, self.dense)
+            output = self.graph(ids, mask, **types).float().cpu().numpy()
+        return self.task.graph_answer(self.spec, output, attention_mask, self.dense, input_ids.shape[1])

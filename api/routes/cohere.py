@@ -1,0 +1,76 @@
+"""Cohere's v2 embed (its types: ``api/cohere.py``; errors in Cohere's shape on its path: ``api/errors.py``),
+for Cohere's own client, and the rerank shape Cohere's and Jina's APIs share."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from models.postprocess import best_first
+from models.spec import ModelSpec
+
+from .. import cohere
+from ..compact import by_type, refuse_unservable
+from ..errors import COHERE_ERROR_RESPONSES, ERROR_RESPONSES, APIError
+from ..options import prompt_for
+from ..pipeline import Pipeline, ThePipeline
+from ..responses import usage
+from ..types import RerankRequest, RerankResponse
+
+router = APIRouter()
+
+
+@router.post("/v2/embed", response_model=cohere.EmbedResponse, responses=COHERE_ERROR_RESPONSES)
+async def embed(request: cohere.EmbedRequest, pipeline: Pipeline = ThePipeline) -> Response:
+    model = pipeline.models.pick(request.model, "embed")
+    refuse_unservable(model, request.embedding_types, request.output_dimension, "embedding_types", "output_dimension")
+    if request.max_tokens is not None and request.max_tokens <= model.tokenizer.special_tokens:
+        reason = f"leaves no room for text beside the model's {model.tokenizer.special_tokens} special tokens"
+        raise APIError(400, "invalid_request", f"max_tokens {request.max_tokens} {reason}", "max_tokens")
+    vectors, timing = await pipeline.embed(
+        model,
+        request.texts,
+        "texts",
+        prompt=role_prompt(model.spec, request.input_type),
+        truncate=request.truncate != "NONE",
+        dimensions=request.output_dimension,
+        truncation_direction="left" if request.truncate == "START" else "right",
+        max_tokens=request.max_tokens,
+    )
+    rows = np.stack(vectors)
+    embeddings = {kind: by_type(rows, kind, model.ranges) for kind in dict.fromkeys(request.embedding_types)}
+    meta = {"api_version": {"version": "2"}, "billed_units": {"input_tokens": timing.tokens}}
+    answer = {
+        "id": str(uuid.uuid4()),
+        "embeddings": embeddings,
+        "texts": request.texts,
+        "meta": meta,
+        "response_type": "embeddings_by_type",
+    }
+    return pipeline.timed(answer, timing)
+
+
+@router.post("/v1/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
+async def rerank(request: RerankRequest, pipeline: Pipeline = ThePipeline) -> Response:
+    """The documents by relevance to the query, best first: each pair scored by the cross-encoder, or
+    the query's MaxSim with each document by a multi-vector model."""
+    model = pipeline.models.pick(request.model, "rerank")
+    relevance, timing = await pipeline.relevance(model, request.query, request.documents, "documents")
+    results = [
+        {
+            "index": i,
+            "relevance_score": relevance[i],
+            **({"document": {"text": request.documents[i]}} if request.return_documents else {}),
+        }
+        for i in best_first(relevance)[: request.top_n]
+    ]
+    return pipeline.timed({"model": model.name, "results": results, "usage": usage(timing.tokens)}, timing)
+
+
+def role_prompt(spec: ModelSpec, input_type: str | None) -> str:
+    """The model's prompt for the texts' role: the first of ``PROMPT_NAMES`` it has, else its default prompt."""
+    name = next((name for name in cohere.PROMPT_NAMES.get(input_type or "", ()) if name in spec.prompts), None)
+    return prompt_for(spec, name, None)

@@ -1,0 +1,497 @@
+"""serving/compat: every patch of another library behind one version-checked ``apply()``.
+
+Per patch, two kinds of test. "Still needed": the upstream behaviour it corrects, read from the library's
+own unpatched code; when an upgrade fixes it upstream, that test fails and its message names the patch
+that can go. "Works": the correction, proven with the patch applied. No server starts here.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import gc
+import inspect
+import re
+import typing
+import weakref
+from pathlib import Path
+
+import bentoml
+import pytest
+import uvicorn
+from _bentoml_impl.server.app import ServiceAppFactory
+from _bentoml_sdk.io_models import IOMixin, ensure_io_descriptor
+from bentoml._internal.marshal import dispatcher
+from bentoml._internal.server.http import instruments
+from bentoml._internal.server.http.traffic import TimeoutMiddleware
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+from serving import compat
+from serving.compat import bentoml_batcher, bentoml_internals, bentoml_metrics, bentoml_requests, uvicorn_connections
+from serving.compat.bentoml_batcher import DispatchWhenFree, StockOptimizer
+from serving.compat.bentoml_requests import cache_media_types
+from serving.connections import limit_connections
+from serving.settings import ENCODER_KEEP_ALIVE_S
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def can_go(patch: str) -> str:
+    return f"upstream no longer does what {patch} corrects: the patch can go"
+
+
+# The boundary: one apply(), its version check, and no library internals anywhere else.
+
+
+def test_apply_refuses_a_version_its_patches_were_not_written_for(monkeypatch):
+    """A message that names the library, the installed and the expected version, and patches nothing."""
+    monkeypatch.setattr(compat, "installed_version", lambda library: "1.4.41" if library == "bentoml" else compat.WRITTEN_FOR[library])
+    monkeypatch.setattr(bentoml_batcher, "apply", lambda: pytest.fail("patched before the version check"))
+    with pytest.raises(compat.IncompatibleVersion, match=re.escape("bentoml 1.4.41 is installed, serving/compat patches bentoml 1.4.40")):
+        compat.apply()
+
+
+def test_apply_names_every_mismatched_library(monkeypatch):
+    monkeypatch.setattr(compat, "installed_version", lambda library: "0.0.1")
+    with pytest.raises(compat.IncompatibleVersion) as refused:
+        compat.check_versions()
+    assert all(
+        f"{library} 0.0.1 is installed, serving/compat patches {library} {v}" in str(refused.value)
+        for library, v in compat.WRITTEN_FOR.items()
+    )
+
+
+def test_apply_accepts_the_installed_versions_and_applies_twice_alike():
+    compat.apply()
+    compat.apply()
+    assert dispatcher.Optimizer is DispatchWhenFree and uvicorn_connections.applied()
+
+
+def pinned(path: Path) -> dict[str, str]:
+    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return dict(line.split("==") for line in lines if "==" in line)
+
+
+def test_the_versions_written_for_are_the_pinned_ones():
+    """A pin moved without the patches checked against it would refuse to start: this says so first."""
+    pins = {**pinned(ROOT / "constraints.txt"), **pinned(ROOT / "requirements/serve-cpu.txt")}
+    assert {library: pins[library] for library in compat.WRITTEN_FOR} == compat.WRITTEN_FOR
+
+
+INTERNALS = ("bentoml._internal", "_bentoml_impl", "_bentoml_sdk", "uvicorn")
+
+
+def test_no_module_outside_compat_imports_a_librarys_internals():
+    paths = [
+        ROOT / "service.py",
+        *(path for package in ("api", "models", "serving", "harness", "bulk") for path in (ROOT / package).rglob("*.py")),
+    ]
+    imports = [
+        (path.relative_to(ROOT), name)
+        for path in paths
+        if "compat" not in path.relative_to(ROOT).parts
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""] if node.level == 0 else []
+        )
+        if any(name == internal or name.startswith(internal + ".") for internal in INTERNALS)
+    ]
+    assert imports == []
+
+
+# bentoml_batcher: the adaptive batcher without its learned idle wait.
+
+
+def burst_stats() -> list[tuple[int, float, float]]:
+    return [(8, 0.05, 0.2)] * 20  # a burst: every call waited 200 ms behind the batch before it
+
+
+def test_still_needed_bentoml_batcher_stock_optimizer_learns_the_bursts_wait():
+    learned = StockOptimizer(60.0)
+    learned.o_stat.extend(burst_stats())
+    learned.trigger_refresh()
+    assert learned.wait > 0.1, can_go("bentoml_batcher (the learned idle wait)")
+
+
+def test_the_patched_batcher_exists_and_uses_the_fix():
+    """Fails loudly if a BentoML upgrade moved what the patch replaces (it would silently do nothing)."""
+    assert hasattr(dispatcher, "CorkDispatcher") and hasattr(dispatcher, "Optimizer")
+    assert hasattr(dispatcher.Optimizer, "trigger_refresh") and hasattr(dispatcher.Optimizer, "log_outbound")
+    bentoml_batcher.apply()
+    batcher = dispatcher.CorkDispatcher(60_000, 64, fallback=lambda: None)
+    assert isinstance(batcher.optimizer, DispatchWhenFree)
+    assert "self.optimizer.wait" in Path(dispatcher.__file__).read_text()  # what the dispatch loop idles on
+
+
+def test_the_learned_wait_stays_zero_after_long_waits():
+    optimizer = DispatchWhenFree(max_latency=60.0)
+    for stat in burst_stats():
+        optimizer.o_stat.append(stat)
+    optimizer.trigger_refresh()
+    (stock,) = DispatchWhenFree.__bases__  # BentoML's own optimizer
+    learned = stock(60.0)
+    learned.o_stat.extend(optimizer.o_stat)
+    learned.trigger_refresh()
+    assert optimizer.wait == 0 and learned.wait > 0.1  # the stock optimizer would idle 200 ms per batch
+
+
+# bentoml_requests: a media type per class.
+
+
+def test_still_needed_bentoml_requests_stock_media_type_builds_a_json_schema_per_answer(monkeypatch):
+    encoder_output = ensure_io_descriptor(list[tuple[bytes, typing.Any]])
+    built, schema = [], encoder_output.model_json_schema
+    monkeypatch.setattr(encoder_output, "model_json_schema", lambda *args, **kwargs: built.append(1) or schema(*args, **kwargs))
+    for _ in range(3):
+        bentoml_requests.STOCK_MIME_TYPE(encoder_output)
+    assert len(built) == 3, can_go("bentoml_requests.cache_media_types")
+
+
+def test_media_types_are_worked_out_once_per_class_and_unchanged():
+    """The same media type as BentoML's own, from the second answer on without a schema built."""
+    encoder_output = ensure_io_descriptor(list[tuple[bytes, typing.Any]])
+    unpatched = encoder_output.mime_type()
+    cache_media_types()
+    cache_media_types()  # twice changes nothing
+    assert [encoder_output.mime_type() for _ in range(3)] == [unpatched] * 3
+    assert IOMixin.mime_type.__func__.cache_info().hits >= 2
+
+
+# bentoml_requests: the timeout middleware's timer cancelled.
+
+
+class Request:
+    """What a request's context holds (its span, its scope): only weakly referenced by the test."""
+
+
+async def answered(middleware: TimeoutMiddleware, requests: int) -> list[int]:
+    """``requests`` requests through ``middleware``, each answered; the statuses sent."""
+    statuses = []
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    for _ in range(requests):
+        await middleware({"type": "http", "path": "/", "state": {"request": Request()}}, None, send)
+    return statuses
+
+
+def timers_left(requests: int, held: list) -> tuple[list[int], int]:
+    """``requests`` answered requests through BentoML's timeout middleware: their statuses, and the timers still pending."""
+
+    async def app(scope: dict, receive: typing.Any, send: typing.Any) -> None:
+        held.append(weakref.ref(scope["state"]["request"]))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def run() -> tuple[list[int], int]:
+        middleware = TimeoutMiddleware(app, timeout=600)
+        statuses = await answered(middleware, requests)
+        loop = asyncio.get_running_loop()
+        pending = [timer for timer in loop._scheduled if not timer.cancelled()]
+        return statuses, len(pending)
+
+    return asyncio.run(run())
+
+
+def test_still_needed_bentoml_requests_stock_timeout_middleware_leaves_a_timer_per_request(monkeypatch):
+    monkeypatch.setattr(TimeoutMiddleware, "__call__", bentoml_requests.STOCK_TIMEOUT_CALL)
+    statuses, pending = timers_left(20, [])
+    assert statuses == [200] * 20
+    assert pending == 20, can_go("bentoml_requests.cancel_timeout_timers")
+
+
+def test_a_request_answered_leaves_no_timer_and_is_released():
+    """Without the fix, each request's timer (and through it the request) stays in the loop for the timeout."""
+    compat.apply()
+    compat.apply()  # twice changes nothing
+    held = []
+    statuses, pending = timers_left(50, held)
+    gc.collect()
+    assert statuses == [200] * 50
+    assert pending == 0
+    assert [ref() for ref in held] == [None] * 50
+
+
+def test_a_request_over_the_timeout_still_gets_504():
+    compat.apply()
+
+    async def slow(scope: dict, receive: typing.Any, send: typing.Any) -> None:
+        await asyncio.sleep(5)
+
+    assert asyncio.run(answered(TimeoutMiddleware(slow, timeout=0.05), 1)) == [504]
+
+
+# bentoml_requests: spans only when exported.
+
+
+@bentoml.service
+class Plain:
+    @bentoml.api
+    def echo(self, text: str) -> str:
+        return text
+
+
+def test_still_needed_bentoml_requests_stock_services_trace_with_nothing_exported():
+    Plain.inject_config()
+    assert bentoml_requests.exported() is False
+    stock = [middleware.cls for middleware in bentoml_requests.STOCK_MIDDLEWARES.fget(ServiceAppFactory(Plain))]
+    assert OpenTelemetryMiddleware in stock, can_go("bentoml_requests.trace_only_when_exported")
+
+
+def test_opentelemetry_wraps_requests_only_when_a_span_would_be_exported(monkeypatch):
+    """Nothing is exported by default: its spans would be for nobody, so the middleware is left out;
+    with an exporter, BentoML's stack as it is."""
+    compat.apply()
+    Plain.inject_config()
+    assert bentoml_requests.exported() is False  # no TEXTBENTO_OTLP_ENDPOINT, no tracing config here
+    plain = [middleware.cls for middleware in ServiceAppFactory(Plain).middlewares]
+    monkeypatch.setattr(bentoml_requests, "exported", lambda: True)
+    traced = [middleware.cls for middleware in ServiceAppFactory(Plain).middlewares]
+    assert OpenTelemetryMiddleware in traced and OpenTelemetryMiddleware not in plain
+    assert [cls for cls in traced if cls is not OpenTelemetryMiddleware] == plain
+    assert TimeoutMiddleware in plain
+
+
+# No route takes ``self`` from BentoML's class views (whose dependency FastAPI ran on a thread): none is patched for it.
+
+
+def test_routes_take_their_pipeline_on_the_event_loop(monkeypatch):
+    """FastAPI runs a plain function's dependency on a worker thread: the routes' own (``ThePipeline``)
+    is a coroutine, so a request takes no hop to the thread pool for it."""
+    from fastapi.dependencies import utils
+    from fastapi.routing import APIRouter
+
+    from api.pipeline import ThePipeline
+
+    app, router = FastAPI(), APIRouter()
+
+    @router.get("/who")
+    async def who(pipeline: typing.Any = ThePipeline) -> dict:
+        return {"pipeline": pipeline}
+
+    app.include_router(router)
+    app.state.pipeline = "the pipeline"
+    on_threads = []
+    stock = utils.run_in_threadpool
+    monkeypatch.setattr(utils, "run_in_threadpool", lambda call, **values: on_threads.append(call) or stock(call, **values))
+    assert TestClient(app).get("/who").json() == {"pipeline": "the pipeline"}
+    assert on_threads == []
+    assert inspect.iscoroutinefunction(ThePipeline.dependency)
+    assert not inspect.iscoroutinefunction(bentoml.get_current_service)  # BentoML's own, unpatched
+
+
+# bentoml_metrics: BentoML's HTTP metrics labelled by route.
+
+
+def counted_requests(namespace: str, paths: typing.Callable[[TestClient, int], None]) -> dict:
+    """Requests through BentoML's metrics middleware in front of a service-like app; its request counter by (endpoint, status)."""
+    import prometheus_client
+    from _bentoml_impl.server.mount import PassiveMount
+    from fastapi import APIRouter
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    api, included = FastAPI(), APIRouter()
+
+    @api.post("/v1/embeddings")
+    async def embeddings() -> dict:
+        return {}
+
+    @included.get("/v1/models/{model}")
+    async def model(model: str) -> dict:
+        return {"model": model}  # the route sees the request's own path
+
+    api.include_router(included)  # as the TEI and Cohere routes are, and BentoML's class views
+
+    # As BentoML builds a service's app: its own routes, the FastAPI app mounted passively at the root.
+    routes = [Route("/livez", lambda request: PlainTextResponse("ok")), PassiveMount("/", api)]
+    app = Starlette(routes=routes, middleware=[Middleware(instruments.RunnerTrafficMetricsMiddleware, namespace=namespace)])
+    client = TestClient(app)
+    for i in range(30):
+        paths(client, i)
+    return {
+        (sample.labels["endpoint"], sample.labels["http_response_code"]): sample.value
+        for family in prometheus_client.REGISTRY.collect()
+        if family.name == f"{namespace}_request"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+
+
+def test_still_needed_bentoml_metrics_stock_middleware_labels_each_unknown_path(monkeypatch):
+    monkeypatch.setattr(instruments.RunnerTrafficMetricsMiddleware, "__call__", bentoml_metrics.STOCK_METRICS_CALL)
+    counted = counted_requests("textbento_test_stock_labels", lambda client, i: client.get(f"/zz-{i}"))
+    assert len(counted) == 30, can_go("bentoml_metrics (labels by route)")
+
+
+def test_bentoml_http_metrics_label_a_path_by_its_route_and_unknown_paths_other():
+    """Without the fix, each unknown path is a series of its own in BentoML's request counters (and
+    of its histogram, and its in-progress gauge): any client could grow every scrape without bound."""
+    compat.apply()
+
+    def paths(client: TestClient, i: int) -> None:
+        assert client.get(f"/zz-{i}").status_code == 404
+        assert client.get(f"/v1/models/m{i}").json() == {"model": f"m{i}"}
+        assert client.post("/v1/embeddings").status_code == 200
+        assert client.get("/v1/embeddings").status_code == 405
+
+    assert counted_requests("textbento_test_labels", paths) == {
+        ("other", "404"): 30,
+        ("/v1/models/{model}", "200"): 30,
+        ("/v1/embeddings", "200"): 30,
+        ("/v1/embeddings", "405"): 30,
+    }
+
+
+def test_the_metric_labels_fix_refuses_a_changed_bentoml(monkeypatch):
+    async def changed(self, scope, receive, send) -> None:
+        await self.app(scope, receive, send)
+
+    monkeypatch.setattr(instruments.RunnerTrafficMetricsMiddleware, "__call__", changed)
+    with pytest.raises(RuntimeError, match="RunnerTrafficMetricsMiddleware changed"):
+        bentoml_metrics.apply()
+
+
+# bentoml_internals.NEVER_RECYCLE: BentoML's client session recycling turned off.
+
+
+async def first_session_closed(**recycling) -> bool:
+    """Whether the client session handed to a first call is closed under it by the calls after it (``max_requests`` + 1 of them)."""
+    from _bentoml_impl.client.proxy2 import SessionManager
+
+    manager = SessionManager("http://127.0.0.1:9", timeout=1, headers={}, **recycling)
+    first = await manager.get_session()
+    for _ in range(int(min(manager.max_requests, 1000)) + 1):
+        await manager.get_session()
+    closed = first.closed
+    await manager.close()
+    return closed
+
+
+def test_still_needed_never_recycle_stock_client_closes_a_session_in_use():
+    assert asyncio.run(first_session_closed()) is True, can_go("bentoml_internals.NEVER_RECYCLE")
+
+
+def test_never_recycle_keeps_the_session_and_is_what_the_client_reads():
+    from _bentoml_impl.client.proxy2 import RemoteProxy
+
+    assert asyncio.run(first_session_closed(**compat.NEVER_RECYCLE)) is False
+    source = inspect.getsource(RemoteProxy.__init__)
+    assert '"runner_connection"' in source and all(f'"{key}"' in source for key in compat.NEVER_RECYCLE)
+
+
+# uvicorn_connections: headers and body deadlines, a keep-alive per service.
+
+
+async def connection_timers(protocol_class: type) -> dict[str, int]:
+    """A uvicorn server on ``protocol_class``; per connection state, the timers pending that would close that connection."""
+
+    async def app(scope, receive, send):
+        if scope["type"] == "http":  # answers without reading the body, as a 401 or 404 does
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"2")]})
+            await send({"type": "http.response.body", "body": b"no"})
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http=protocol_class, log_level="warning", lifespan="off"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port, loop = server.servers[0].sockets[0].getsockname()[1], asyncio.get_running_loop()
+
+    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, typing.Any]:
+        before = set(server.server_state.connections)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        while not (opened := set(server.server_state.connections) - before):
+            await asyncio.sleep(0.01)
+        return reader, writer, opened.pop()
+
+    def closing(connection) -> int:
+        handles = [handle for handle in loop._scheduled if not handle.cancelled()]
+        return sum(getattr(handle._callback, "__self__", None) is connection or connection in handle._args for handle in handles)
+
+    timers = {}
+    reader, writer, connection = await connect()
+    await asyncio.sleep(0.05)
+    timers["silent"] = closing(connection)
+    writer.write(b"GET / HTTP/1.1\r\nHost: t\r\n")
+    await asyncio.sleep(0.05)
+    timers["half headers"] = closing(connection)
+    writer.close()
+    reader, writer, connection = await connect()
+    writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n{")
+    assert (await asyncio.wait_for(reader.readuntil(b"no"), 5)).startswith(b"HTTP/1.1 401")
+    writer.write(b" ")  # the body, trickling in after its answer
+    await asyncio.sleep(0.05)
+    timers["body after its answer"] = closing(connection)
+    writer.close()
+    server.should_exit = True
+    await serving
+    return timers
+
+
+def test_still_needed_uvicorn_connections_stock_protocol_holds_slow_connections_forever():
+    stock = type("StockHttpToolsProtocol", (uvicorn_connections.Protocol,), uvicorn_connections.STOCK)
+    timers = asyncio.run(asyncio.wait_for(connection_timers(stock), 30))
+    assert timers == {"silent": 0, "half headers": 0, "body after its answer": 0}, can_go(
+        "uvicorn_connections (headers and body deadlines)"
+    )
+
+
+def test_the_patched_protocol_has_a_deadline_on_every_slow_connection():
+    compat.apply()
+    limit_connections(header_timeout_s=5, body_timeout_s=5, keep_alive_s=5)
+    timers = asyncio.run(asyncio.wait_for(connection_timers(uvicorn_connections.Protocol), 30))
+    assert timers == {"silent": 1, "half headers": 1, "body after its answer": 1}
+
+
+def client_keep_alive() -> float:
+    """How long BentoML's client keeps an idle connection to a service to reuse."""
+    from _bentoml_impl.client.proxy2 import SessionManager
+
+    async def keep_alive() -> float:
+        session = SessionManager("file:///tmp/textbento-missing.sock", timeout=1, headers={})._make_client()
+        try:
+            return session.connector._keepalive_timeout
+        finally:
+            await session.close()
+
+    return asyncio.run(keep_alive())
+
+
+def test_still_needed_uvicorn_connections_a_dependency_serves_with_uvicorns_shorter_keep_alive():
+    """BentoML passes ``--timeout-keep-alive`` to the public server only: the Encoder's uvicorn keeps its
+    default, which ends before the client's, so the server could close a connection as the client reuses it."""
+    from _bentoml_impl.server.serving import create_dependency_watcher
+
+    source = inspect.getsource(create_dependency_watcher)
+    default = uvicorn.Config(app=None).timeout_keep_alive
+    assert "keep_alive" not in source and "keep-alive" not in source and default < client_keep_alive(), can_go(
+        "uvicorn_connections (a keep-alive per service)"
+    )
+
+
+def test_the_encoder_outlasts_its_clients_keep_alive():
+    """The failed hop's cause, pinned against the installed BentoML: its client session keeps an
+    idle connection for the connector's keep-alive, which must end before the Encoder's server
+    closes it (else the server may close a connection just as the client reuses it)."""
+    assert 0 < client_keep_alive() < ENCODER_KEEP_ALIVE_S
+
+
+def test_limit_connections_refuses_an_unpatched_uvicorn(monkeypatch):
+    monkeypatch.setattr(uvicorn_connections, "applied", lambda: False)
+    monkeypatch.setattr("serving.connections.applied", lambda: False)
+    with pytest.raises(RuntimeError, match=re.escape("serving.compat.apply()")):
+        limit_connections(header_timeout_s=5, body_timeout_s=5, keep_alive_s=5)
+
+
+def test_gpus_are_read_from_bentomls_own_inventory():
+    from serving import gpus
+
+    assert gpus.system_resources is bentoml_internals.system_resources
+    assert "nvidia.com/gpu" in gpus.system_resources()
