@@ -133,10 +133,9 @@ report: venv
 cpu-classes: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.cpu_classes
 
-# The GPU figures (docs/operations.md, "The GPU run"): `make gpu-wheels` here, then on the lent GPU machine through
-# the device tool, with carry ["build/gpu-wheels"] and timeout_s 600 (about 5 minutes by estimate):
-#     bash bench/gpu.sh --out $OUT --wheels build/gpu-wheels
-# torch fp16 ceilings at batch 1-256 and 4 served points of 3 models: $OUT/gpu-<GPU name>.json and logs.
+# The GPU figures (docs/operations.md, "On a GPU"). On a GPU machine without network: `make gpu-wheels` here, the
+# wheels carried there, then `bash bench/gpu.sh --out <dir> --wheels build/gpu-wheels` (about 5 minutes by estimate):
+# torch fp16 ceilings at batch 1-256 and 4 served points of 3 models: <dir>/gpu-<GPU name>.json and logs.
 # On a machine with make and CUDA, `make bench-gpu` does the same into build/gpu-out/.
 bench-gpu:
 	bash bench/gpu.sh --out build/gpu-out --wheels build/gpu-wheels

@@ -15,9 +15,8 @@ import numpy as np
 # The fixed cost of a forward pass in padded tokens, as the cut should count it. Fitted on passes of
 # one width (time = a × padded tokens + b), a pass of the int8 graph in streams costs ~32 tokens
 # beyond its padded ones for MiniLM and ~6 for DistilBERT, but the same runs of 64 short texts ran
-# faster cut with 64 than with 32 in both runs of the study, for both models (1.15x and 1.04x for
-# MiniLM, 1.03x and 1.02x for DistilBERT; python -m bench.studies.pass_cost, bench/results/pass-cost.json
-# and pass-cost-budgets.json): small passes cost more than their tokens predict.
+# faster cut with 64 than with 32, for both models: small passes cost more than their tokens predict
+# (docs/design.md 5, batching).
 PASS_COST_TOKENS = 64
 
 

@@ -96,10 +96,8 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_
     """The fp32 ONNX graph of the ``save_pretrained`` model in ``model_dir``, with dynamic batch and sequence.
 
     The TorchScript exporter (``dynamo=False``), with eager attention. It is deprecated in torch
-    2.13 but still the faster graph on ONNX Runtime's CPU kernels, measured side by side on
-    all-MiniLM-L6-v2, length-sorted batches of 32, 2 threads (``python -m bench.studies.quantization``,
-    docs/design.md 5): fp32 979 vs 811 sentences/s for the dynamo exporter's graph, per-token
-    int8 1,921 vs 1,403. ONNX Runtime's transformer fusions (fused ``Attention``) made it slower.
+    2.13 but still the faster graph on ONNX Runtime's CPU kernels, fp32 and int8 alike, measured side by
+    side (docs/design.md 5). ONNX Runtime's transformer fusions (fused ``Attention``) made it slower.
     """
     task = task_of(spec)
     model = task.model_class().from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()

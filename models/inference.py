@@ -51,9 +51,8 @@ def run_batch(backend: Backend, token_ids: Sequence[np.ndarray], pad_id: int, to
 def run_window(backend: Backend, token_ids: Sequence[np.ndarray], pad_id: int, token_budget: int) -> list[np.ndarray]:
     """``run_batch``'s rows for a job that waits for all of them (a bulk window). A backend that runs
     in streams takes whole passes, each under a stream's share of the budget, one per stream as it
-    comes free (``forward_each``), instead of every pass cut across the streams and joined: 1.05x the
-    texts/s at the served budget, 8,192 short texts on 2 cores (median of 6 rounds; ``python -m
-    bench.studies.window``, bench/results/window.json)."""
+    comes free (``forward_each``), instead of every pass cut across the streams and joined: more texts/s
+    for a job that waits for them all (docs/bulk.md)."""
     at_once = getattr(backend, "passes_at_once", 1)
     if at_once == 1:
         return run_batch(backend, token_ids, pad_id, token_budget)

@@ -13,11 +13,9 @@ here with standard ops and one contrib op:
     → MatMulIntegerToFloat(rows_q, w_q, 1, weight scales) − zero point ⊗ column sums of w_q (Gemm)
     → × row scale → [.., N]
 
-Measured on all-MiniLM-L6-v2 against torch fp32 (``python -m bench.studies.quantization``, the gate texts
-of ``tests/test_onnx.py``; docs/design.md 5 has every variant): asymmetric rows everywhere (kept)
-min cosine 0.9925, mean 0.9987, nearest neighbours 99.6%, 1.96x fp32 in sorted batches; symmetric
-rows (zero point 128, subtracted inside the kernel) are 7% faster but miss the gate (min 0.982);
-leaving Q/K/V in fp32 is more accurate (min 0.996) but 20% slower.
+Asymmetric rows everywhere are served: symmetric rows (zero point 128, subtracted inside the kernel) are
+faster but miss the fidelity gate, and leaving Q/K/V in fp32 is more accurate but slower (docs/design.md 5
+has each variant's figures, measured against torch fp32 on the gate texts of ``tests/test_onnx.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from .onnx_layout import SINGLE_FILE_LIMIT, external_data
 # GELU fused, or decomposed as exported (x · 0.5 · (1 + erf(x / √2))): its output is one-sided.
 GELU_OPS = {"Gelu", "BiasGelu", "FastGelu", "QuickGelu", "Erf"}
 # How each weight MatMul's input rows are quantized, by what feeds it (``PerTokenInt8.role``):
-# "asymmetric", "symmetric" or "fp32" (left alone). ``bench.studies.quantization`` measures the others.
+# "asymmetric", "symmetric" or "fp32" (left alone).
 SERVED_POLICY = {"qkv": "asymmetric", "after_gelu": "asymmetric", "other": "asymmetric"}
 
 

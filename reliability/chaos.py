@@ -65,7 +65,7 @@ def processes(server, service: str) -> list[psutil.Process]:
 
 
 def encoder_services(tags: list[str]) -> dict[str, str]:
-    """Each served model's name and its Encoder's service name (as ``service.encoder_for`` names it)."""
+    """Each served model's name and its Encoder's service name (as ``serving.wiring.encoder_service`` names it)."""
     names = [tag.partition(":")[0] for tag in tags]
     return {name: "encoder" if len(names) == 1 else f"encoder-{name}" for name in names}
 

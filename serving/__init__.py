@@ -6,6 +6,7 @@ touched in ``compat`` only, each patch there checked against the version it was 
 ``models/`` never imports this package.
 
 - ``compat``       every patch of BentoML's and uvicorn's internals, behind one ``apply()`` that checks their versions
+- ``wiring``       a BentoML service per served model's Encoder, and the API service's dependency on each
 - ``settings``     serving configuration from ``TEXTBENTO_*`` environment variables, derived values included
 - ``coalesce``     concurrent requests' texts → fewer, larger calls to the Encoder (API workers)
 - ``hop``          the call to the Encoder: sent again when the Encoder never read it, text by text when it died computing it

@@ -14,6 +14,7 @@ The product (``api``, ``models``, ``serving``, ``bulk``) imports none of the lab
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,10 @@ def test_no_import_circles_inside_the_packages():
     for module in sorted(graph):
         visit(module, [module])
     assert not circles, sorted(set(circles))[:5]
+
+
+def test_refusals_are_built_in_the_flow_module_and_the_error_mapping_only():
+    """Who waits, who is refused, who is dropped: one module decides (``api/flow.py``); ``api/errors.py`` maps the Encoder's own errors."""
+    product = [ROOT / "service.py", *(path for package in ("api", "models", "serving", "bulk") for path in (ROOT / package).rglob("*.py"))]
+    building = {path.relative_to(ROOT).as_posix() for path in product if re.search(r"APIError\(\s*(429|503|504)\b", path.read_text())}
+    assert building == {"api/flow.py", "api/errors.py"}

@@ -56,5 +56,5 @@ def test_request_past_the_timeout_gets_504(one_second_url):
     response = requests.post(f"{one_second_url}/v1/embeddings", json={"input": texts}, timeout=30)
     assert response.status_code == 504
     assert response.json()["error"]["type"] == "timeout" and response.headers["Retry-After"] == "1"
-    # The runner finishes the abandoned batch (it is not cancelled), then serves again.
+    # The Encoder leaves out the texts past their deadline (a pass already running finishes), then serves again.
     assert eventually_ok(one_second_url, within_s=60)
