@@ -18,7 +18,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # would take 280 MB of bytecode, most of it for modules serving never imports.
 PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check --no-compile
 
-# `make serve`'s venv: serving, importing and exporting (requirements.txt), about 1.4 GB.
+# `make serve`'s venv: serving, importing and exporting (requirements.txt), about 1.3 GB.
 $(BIN)/.serve-installed: requirements.txt requirements/serve-cpu.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) --retries 0 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$$(grep '^torch==' requirements.txt)" -c constraints.txt

@@ -29,6 +29,6 @@ def prompt_for(spec: ModelSpec, prompt_name: str | None, prompt: str | None) -> 
 
 
 def check_dimensions(spec: ModelSpec, dimensions: int | None) -> None:
-    """400 for more dimensions than the model has; fewer are cut (``models.postprocess.truncate_dimensions``)."""
+    """400 for more dimensions than the model has; fewer are cut (``models.postprocess.matryoshka_prefix``)."""
     if dimensions is not None and spec.dimensions is not None and dimensions > spec.dimensions:
         raise APIError(400, "invalid_request", f"dimensions must be at most {spec.dimensions} for this model", "dimensions")

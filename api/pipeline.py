@@ -16,7 +16,7 @@ from fastapi import Depends, Request
 from starlette.responses import Response
 
 from models.inference import Pass
-from models.postprocess import maxsim, ranked_labels, scores, token_vectors, truncate_dimensions
+from models.postprocess import matryoshka_prefix, maxsim, ranked_labels, scores, token_vectors
 from models.tasks import task_of
 from models.tokenization import Encoded, QueryAndDocuments, Side, TextInput, Token, TooManyTokens
 from serving.settings import settings
@@ -30,9 +30,9 @@ from .limits import check_answer_size, check_sizes, input_named, refuse_truncate
 from .options import check_dimensions
 from .responses import json_response, usage
 
-# A request of at most this many characters is tokenized on the event loop: 500 characters take
-# about 0.18 ms, less than handing them to a thread and back (docs/design.md 8). A longer one goes
-# to a thread, so that no request holds the loop for long.
+# A request of at most this many characters is tokenized on the event loop: it takes less than handing
+# it to a thread and back (docs/design.md 8). A longer one goes to a thread, so that no request holds
+# the loop for long.
 INLINE_CHARS = 500
 logger = logging.getLogger("textbento")
 
@@ -118,7 +118,7 @@ class Pipeline:
         check_dimensions(model.spec, dimensions)
         texts = [prompt + text for text in texts]
         _, vectors, timing = await self.run(model, texts, truncate, param, truncation_direction, max_tokens, query_param=query_param)
-        return [truncate_dimensions(vector, dimensions, model.spec.normalize) for vector in vectors], timing
+        return [matryoshka_prefix(vector, dimensions, model.spec.normalize) for vector in vectors], timing
 
     async def relevance(
         self,

@@ -17,7 +17,7 @@ import yaml
 from models.backends import load_backend
 from models.calibration import SCALES, compact, load_ranges, scale_problem
 from models.inference import Backend, run_window
-from models.postprocess import truncate_dimensions
+from models.postprocess import matryoshka_prefix
 from models.spec import ModelSpec
 from models.tokenization import Encoded, TextTokenizer
 
@@ -142,7 +142,7 @@ class Embedder:
         if not encoded:
             return np.empty((0, self.dimensions or self.spec.dimensions), np.float32)
         rows = run_window(self.backend, [e.ids for e in encoded], self.spec.pad_id, self.token_budget)
-        return np.stack([truncate_dimensions(row, self.dimensions, self.spec.normalize) for row in rows]).astype(np.float32)
+        return np.stack([matryoshka_prefix(row, self.dimensions, self.spec.normalize) for row in rows]).astype(np.float32)
 
     def rate(self, encoded: list[Encoded]) -> float | None:
         """Texts/s of ``vectors`` on ``encoded`` here, after a warm-up (the first pass is the slowest): what a dry run estimates from."""

@@ -11,9 +11,8 @@ dynamic) and has one output: ``logits`` ``[batch, labels]`` for classifiers, ``l
 ``[batch, sequence, dim]`` for embedders, ``sparse_embedding`` ``[batch, vocabulary]`` for SPLADE
 models (``models.heads``: pooled inside, their ``[batch, sequence, vocabulary]`` logits are too large
 to leave it), ``token_embeddings`` ``[batch, sequence, dim]`` for multi-vector models (projected and
-normalised inside). Dense pooling stays out of the graph: ``models.postprocess`` pools for every backend;
-measured on all-MiniLM-L6-v2 it costs 0.3-0.6% of the forward pass (0.02 of 3.2 ms for one short
-text, 0.7 of 221 ms for 64), and pooling inside the graph was within noise of it.
+normalised inside). Dense pooling stays out of the graph: ``models.postprocess`` pools for every backend,
+at a small share of the forward pass, and pooling inside the graph was within noise of it.
 
 The fp32 graph is held to the model on inputs of other shapes than the export's example before the
 others are made from it (``check_traced``); decoders' masks are traced without ``torch.vmap``

@@ -99,10 +99,9 @@ def run_passes(
 class InferenceThread:
     """One dedicated thread for everything that touches the model: loading, warm-up, every batch.
 
-    torch's CPU thread pool (OpenMP) belongs to the thread that calls into it. Measured on 2
-    cores with all-MiniLM-L6-v2, one text: 4.3 ms per forward when one thread loads and runs
-    the model, 10.9 ms when the model is loaded on one thread and run from a pool's thread,
-    which is what a sync BentoML API does. Keeping it all on one thread also keeps the
+    torch's CPU thread pool (OpenMP) belongs to the thread that calls into it: a model loaded on
+    one thread and run from a pool's thread, which is what a sync BentoML API does, runs more than
+    twice as slow (docs/design.md 2). Keeping it all on one thread also keeps the
     event loop free without a second hop.
     """
 

@@ -4,7 +4,7 @@ A graph whose weights pass ``SINGLE_FILE_LIMIT`` keeps them in one side file nex
 (``<graph>.data``, ONNX's external data), in the same directory, so that they travel with the model
 into bentos and ONNX Runtime finds them when it loads the graph from its path.
 
-A module of its own so that a runner serving ONNX never imports torch or the exporter.
+A module of its own so that an Encoder serving ONNX never imports torch or the exporter.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.clip(norms, 1e-12, None)
 
 
-def truncate_dimensions(vector: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
+def matryoshka_prefix(vector: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
     """The first ``dimensions`` of a Matryoshka embedding, unit length again when the model normalizes."""
     if dimensions is None or dimensions >= len(vector):
         return vector

@@ -28,10 +28,8 @@ logger = logging.getLogger("textbento")
 # steps of CAP_STEP tokens, whose forward pass at the token budget fits PASS_MEMORY (``memory_cap``).
 # A pass holds its tokens' intermediates: eager attention (the ONNX graphs' kind) keeps heads × length
 # scores per token, the layers [tokens, width] (the FFN's, or a SPLADE model's vocabulary logits), and
-# ONNX Runtime held about COPIES of each at its peak. Measured on tiny random Qwen3 graphs, one text per
-# pass, peak RSS over the warm process's, fp32 and int8 alike (2026-12-04): 16 heads, 2,048 tokens 863 MiB
-# (the formula: 1,028), 4,096 tokens 2,385 MiB (4,104); 1 head and a 16,384-wide FFN, 4,096 tokens
-# 1,350 MiB (1,280). Texts up to the budget share a pass of budget tokens, so the budget counts for any
+# ONNX Runtime held about COPIES of each at its peak (measured on tiny random Qwen3 graphs against
+# this formula: docs/design.md 12). Texts up to the budget share a pass of budget tokens, so the budget counts for any
 # length below it: REFERENCE_BUDGET is TEXTBENTO_TOKEN_BUDGET's default.
 PASS_MEMORY = 2 * 2**30  # half of the shipped pod's 4 GiB limit (deploy/kubernetes): the weights and API workers share the rest
 COPIES = 4
@@ -86,7 +84,7 @@ class ModelSpec:
     (their weights in ``dense.npz``, ``models.postprocess``), ``prompts`` (name → text put before the input) and ``default_prompt_name`` are
     sentence-transformers' (ignored for classifiers). ``sparse_pooling``/``sparse_activation`` are a
     SPLADE model's ``SpladePooling`` settings (its ``dimensions``: the vocabulary). ``pad_id`` is the tokenizer's padding id,
-    which the runner needs without loading the tokenizer. ``max_length`` is the most tokens per text served (longer
+    which the Encoder needs without loading the tokenizer. ``max_length`` is the most tokens per text served (longer
     ones are cut, or refused without truncation), ``model_max_length`` what the model itself reads (its position
     table, or its tokenizer's limit): the import serves less where one pass of that length would not fit its
     memory (``memory_cap``), unless told otherwise (``--max-length``).

@@ -20,7 +20,7 @@ TextInput = str | tuple[str, str]
 
 @dataclass(frozen=True)
 class Encoded:
-    """One input as the runner sees it: its token ids (special tokens included; a pair's second text
+    """One input as the Encoder sees it: its token ids (special tokens included; a pair's second text
     with its token type folded in, ``models.batching.with_segments``) and whether it was cut."""
 
     ids: np.ndarray

@@ -3,9 +3,8 @@
 SIGTERM reaches every process of ``bentoml serve`` at once (a container stop, ``kill`` of the
 process group, the arbiter stopping its workers). Each API worker then finishes the requests it
 accepted, and for that it still needs the Encoder; but the Encoder's uvicorn stops taking calls
-on the same signal and BentoML cancels the calls waiting in its batcher. Measured with 16
-accepted 64-text requests: 11 answered 503 at shutdown once API workers merged their calls
-(``serving/coalesce.py``), 2 before. So the Encoder postpones its own exit until it has run no
+on the same signal and BentoML cancels the calls waiting in its batcher: accepted requests would
+be answered 503 at shutdown (docs/design.md 7). So the Encoder postpones its own exit until it has run no
 batch for ``quiet_s`` (its callers are done), and never by more than ``longest_s``.
 """
 

@@ -55,13 +55,12 @@ class Settings(BaseSettings):
     encoder_attempts: int = Field(
         3, ge=1, description="times a call the Encoder never read is sent (1: a call is never sent again, in whole or text by text)"
     )
-    # Measured at 1 text/request, c=64, 2 workers (docs/design.md): see serving/coalesce.py.
+    # serving/coalesce.py; docs/design.md 6.
     calls_in_flight: int = Field(
         2, ge=1, description="calls to the Encoder in flight per API worker; texts arriving meanwhile share the next"
     )
     # It sets the Encoder's memory (ONNX Runtime's arena keeps [budget, FFN width] intermediates);
-    # past ~2,000 tokens a pass gains no speed. DistilBERT-66M, long texts (bench/results/budget.json):
-    # 8,192 → 1,466 MiB and 25.9 texts/s, 2,048 → 887 MiB and 27.9 texts/s.
+    # past about 2,000 tokens a pass gains no speed (docs/operations.md, Memory).
     token_budget: int = Field(2048, ge=1, description="most padded tokens in one forward pass")
     timeout_s: int = Field(60, ge=1, description="a request not answered by then gets 504")
     max_inputs: int = Field(256, ge=1, description="most texts in one request's list; a rerank's query is not counted (more → 413)")

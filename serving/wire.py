@@ -3,8 +3,7 @@
 BentoML sends a call pickled with protocol 5, and every ndarray in it as an out-of-band buffer of
 its own, which uvicorn writes to the socket as a chunk of its own: a 64-text answer was 65 writes
 (and as many ASGI messages), a share of the Encoder's CPU that the model needed. Bytes travel
-inside the pickle: one chunk each way. Measured side by side (``bench.compare HEAD``, 2 cores):
-texts/s 1.06-1.11x at 32 texts × c=8 and 1.16x at 8 × c=16, unchanged at 1 × c=64.
+inside the pickle: one chunk each way, more texts/s at several texts per request (docs/design.md 8).
 
 Rows are float32 (the backends' contract, ``models/backends``); token ids are int32 (a pair's
 token types folded in, ``models/batching.with_segments``). Each text's ids follow its request's

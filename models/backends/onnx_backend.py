@@ -80,7 +80,7 @@ def unsigned_int8_sessions(path: Path, threads: list[int]) -> list[ort.Inference
 
 
 class OnnxBackend:
-    """A stored model's ONNX graph in an ONNX Runtime session, loaded once per runner process.
+    """A stored model's ONNX graph in an ONNX Runtime session, loaded once per Encoder process.
 
     With ``cuda``, ``cuda_graph`` (``fp16``, or ``fp32``) runs on the GPU when one is usable; otherwise ``cpu_graph``
     (``fp32`` or ``int8``) runs on the CPU, int8 with uint8 weights where ``unsigned`` (by default
@@ -158,8 +158,8 @@ class Streams:
     of its own, at once.
 
     A slice needs no synchronisation between cores, which one session's intra-op threads pay at
-    every small parallel section: 1.17-1.37x the texts/s of one session with 2 intra-op threads, for
-    22-30% less CPU (docs/design.md 9). Results do not change: every graph computes each row on
+    every small parallel section: more texts/s than one session with intra-op threads, for less CPU
+    (docs/design.md 9). Results do not change: every graph computes each row on
     its own, whatever its batch mates and padding (``models.quantize``), so each slice is also cut
     to its own longest row. A lone text cannot be cut; it gets a session with every core (``wide``).
 

@@ -23,7 +23,7 @@ from .onnx_backend import graph_inputs
 
 
 class OpenVinoBackend:
-    """A stored model's fp32 ONNX graph compiled by OpenVINO's CPU plugin, loaded once per runner process."""
+    """A stored model's fp32 ONNX graph compiled by OpenVINO's CPU plugin, loaded once per Encoder process."""
 
     name = "openvino"
     device = "cpu"

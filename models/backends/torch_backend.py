@@ -14,7 +14,7 @@ from ..tasks import task_of
 
 
 class TorchBackend:
-    """A transformers model in ``inference_mode``, loaded once per runner process."""
+    """A transformers model in ``inference_mode``, loaded once per Encoder process."""
 
     name = "torch"
     fidelity = None
@@ -25,7 +25,7 @@ class TorchBackend:
         self.spec = spec
         self.dense = load_dense(model_dir, spec.dense)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        # torch defaults to every core it sees; the runner shares them with tokenizer workers.
+        # torch defaults to every core it sees; the Encoder shares them with tokenizer workers.
         torch.set_num_threads(threads)
         dtype = torch.float16 if self.device == "cuda" else torch.float32
         self.precision = "fp16" if self.device == "cuda" else "fp32"
