@@ -54,10 +54,15 @@ def load_tokenizer(model_dir: Path) -> Any:
 
 def download(model_id: str, revision: str | None = None) -> Path:
     """A local snapshot of a Hub repository (safetensors weights; ``.bin`` only when there are none)."""
+    from httpx2 import TransportError  # huggingface_hub's HTTP client: what it raises when the Hub cannot be reached
     from huggingface_hub import list_repo_files, snapshot_download
 
     progress.info("downloading %s from the Hugging Face Hub", model_id)  # with huggingface_hub's own progress bars
-    files = list_repo_files(model_id, revision=revision)
+    try:
+        files = list_repo_files(model_id, revision=revision)
+    except TransportError as error:
+        reason = f"cannot reach the Hugging Face Hub for {model_id} ({type(error).__name__}: {error})"
+        raise OSError(f"{reason}; import from a local directory with --path, or set HF_HUB_OFFLINE=1 to read the local cache") from None
     patterns = HUB_PATTERNS if any(f.endswith(".safetensors") for f in files) else [*HUB_PATTERNS, "*.bin"]
     return Path(snapshot_download(model_id, revision=revision, allow_patterns=patterns))
 

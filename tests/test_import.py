@@ -220,3 +220,20 @@ def test_a_model_stored_without_a_cap_still_loads_and_is_capped_as_an_import_wou
     minilm = {"task": "embed", "max_length": 256, "pooling": "mean", "normalize": True, "dimensions": 384}
     spec = ModelSpec.of(SimpleNamespace(info=SimpleNamespace(metadata=minilm), path=default_model_dir()))
     assert (spec.max_length, spec.model_max_length) == (256, 256)
+
+
+def test_an_unreachable_hub_is_one_clear_error_naming_the_ways_around_it(monkeypatch):
+    """huggingface_hub raises its HTTP client's own error when the Hub cannot be reached; the import's
+    CLI reports OSError in one line (``train_import.cli.report``), so the download turns it into one."""
+    import httpx2
+    import huggingface_hub
+
+    from models.store import download
+
+    def unreachable(*args, **kwargs):
+        raise httpx2.ConnectError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", unreachable)
+    with pytest.raises(OSError, match="cannot reach the Hugging Face Hub for org/model") as error:
+        download("org/model")
+    assert "--path" in str(error.value) and "HF_HUB_OFFLINE=1" in str(error.value)
