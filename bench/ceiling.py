@@ -121,6 +121,22 @@ def ceilings(backend_name: str, tag: str, rounds: int = 2) -> tuple[str, list[di
     return backend.name, rows
 
 
+def own_speed(tag: str, rounds: int = 2) -> dict:
+    """The served compute's own speed here, without HTTP or the batcher: ``auto``'s choice on this machine (as the
+    server makes it), a lone text's pass and length-sorted batches of 32, the best of ``rounds`` passes over the stream."""
+    stored = bentoml.models.get(tag)
+    spec = ModelSpec.of(stored)
+    ids = [e.ids for e in TextTokenizer(stored.path, spec.max_length).encode(short_texts(STREAM))]
+    backend = load_backend("auto", stored.path, spec, settings.runner_threads)
+    alone, sorted_32 = (max(rate(backend, spec, ids, mode) for _ in range(rounds)) for mode in ("alone", "sorted-32"))
+    return {
+        "backend": backend.name,
+        "precision": backend.precision,
+        "alone_pass_ms": round(1000 / alone, 2),
+        "sorted_32_texts_per_s": round(sorted_32, 1),
+    }
+
+
 def bench_tag() -> str:
     """The benchmark model, imported with its ONNX graphs on first use."""
     from models.store import default_model_dir, import_model

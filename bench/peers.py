@@ -153,7 +153,7 @@ def paired(ours: dict[str, dict], peer: dict[str, dict], point: str) -> float:
 def main(rounds: int) -> None:
     import bentoml
 
-    from bench.ceiling import bench_tag
+    from bench.ceiling import bench_tag, own_speed
     from models.spec import ModelSpec
     from models.store import default_model_dir
     from tests.reference import sentence_embeddings
@@ -163,6 +163,8 @@ def main(rounds: int) -> None:
     peer_dir = peer_model(python, default_model_dir())
     tag = bench_tag()
     reference = sentence_embeddings(default_model_dir(), TEXTS, max_length=ModelSpec.of(bentoml.models.get(tag)).max_length)
+    model_alone = own_speed(tag)  # the yardstick: the served compute in process, before any server runs
+    print(f"the model alone: {json.dumps(model_alone)}", flush=True)
     runs: dict[str, list] = {"textbento": [], "infinity": []}
     for round_ in range(rounds):
         # Both servers up, each point measured on one and then the other (which goes first alternates
@@ -207,11 +209,18 @@ def main(rounds: int) -> None:
         "paired_ratios": {
             name: [paired(ours_, peer_, name) for ours_, peer_ in zip(runs["textbento"], runs["infinity"])] for name, *_ in POINTS
         },
+        # The served figures against the model's own speed here: what the serving costs beyond the compute.
+        "model_alone": model_alone,
+        "of_the_model": {
+            "1x-c1 p50 over a lone pass, ms": round(ours["1x-c1"]["p50_ms"] - model_alone["alone_pass_ms"], 2),
+            "1x-c64 texts/s share of sorted-32": round(ours["1x-c64"]["texts_per_s"] / model_alone["sorted_32_texts_per_s"], 3),
+            "32x-c8 texts/s share of sorted-32": round(ours["32x-c8"]["texts_per_s"] / model_alone["sorted_32_texts_per_s"], 3),
+        },
         "idle_cpu_ms_per_s": idle_cpu,
         "fidelity_to_transformers_fp32": {**accuracy, "texts": len(TEXTS)},
         "runs": runs,
     }
-    print(json.dumps({key: report[key] for key in ("medians", "ratios", "fidelity_to_transformers_fp32")}, indent=1))
+    print(json.dumps({key: report[key] for key in ("medians", "ratios", "of_the_model", "fidelity_to_transformers_fp32")}, indent=1))
     write_result("peers.json", report)
 
 
