@@ -111,24 +111,29 @@ def fidelity(backend: Backend, spec: ModelSpec, ids: list[np.ndarray], reference
     }
 
 
-def ceilings(backend_name: str, tag: str, rounds: int = 2) -> tuple[str, list[dict]]:
-    """The backend ``auto`` resolved to, and ``{"mode", "sentences_per_s"}`` for every way of batching (``MODES``)."""
+def loaded(backend_name: str, tag: str) -> tuple[Backend, ModelSpec, list[np.ndarray]]:
+    """The stored model ``tag`` on ``backend_name``, its spec, and the stream of short texts as token ids."""
     stored = bentoml.models.get(tag)
     spec = ModelSpec.of(stored)
     ids = [e.ids for e in TextTokenizer(stored.path, spec.max_length).encode(short_texts(STREAM))]
-    backend = load_backend(backend_name, stored.path, spec, settings.runner_threads)
-    rows = [{"mode": mode, "sentences_per_s": round(max(rate(backend, spec, ids, mode) for _ in range(rounds)), 1)} for mode in MODES]
-    return backend.name, rows
+    return load_backend(backend_name, stored.path, spec, settings.runner_threads), spec, ids
+
+
+def best_rate(backend: Backend, spec: ModelSpec, ids: list[np.ndarray], mode: str, rounds: int) -> float:
+    return max(rate(backend, spec, ids, mode) for _ in range(rounds))
+
+
+def ceilings(backend_name: str, tag: str, rounds: int = 2) -> tuple[str, list[dict]]:
+    """The backend ``auto`` resolved to, and ``{"mode", "sentences_per_s"}`` for every way of batching (``MODES``)."""
+    backend, spec, ids = loaded(backend_name, tag)
+    return backend.name, [{"mode": mode, "sentences_per_s": round(best_rate(backend, spec, ids, mode, rounds), 1)} for mode in MODES]
 
 
 def own_speed(tag: str, rounds: int = 2) -> dict:
     """The served compute's own speed here, without HTTP or the batcher: ``auto``'s choice on this machine (as the
     server makes it), a lone text's pass and length-sorted batches of 32, the best of ``rounds`` passes over the stream."""
-    stored = bentoml.models.get(tag)
-    spec = ModelSpec.of(stored)
-    ids = [e.ids for e in TextTokenizer(stored.path, spec.max_length).encode(short_texts(STREAM))]
-    backend = load_backend("auto", stored.path, spec, settings.runner_threads)
-    alone, sorted_32 = (max(rate(backend, spec, ids, mode) for _ in range(rounds)) for mode in ("alone", "sorted-32"))
+    backend, spec, ids = loaded("auto", tag)
+    alone, sorted_32 = (best_rate(backend, spec, ids, mode, rounds) for mode in ("alone", "sorted-32"))
     return {
         "backend": backend.name,
         "precision": backend.precision,

@@ -17,7 +17,7 @@ import bentoml
 from .gpus import gpu_share
 
 T = TypeVar("T", bound=type)
-ENCODERS = "_encoders"  # on the API service's class: the attribute names of each Encoder's model and client
+ENCODER_ATTRIBUTES = "_encoder_attributes"  # on the API service's class: the attribute names of each Encoder's model and client
 
 
 def encoder_service(encoder: type, tag: str, served: int, **config: Any) -> bentoml.Service:
@@ -38,7 +38,7 @@ def depends_on_each(encoders: list[bentoml.Service]) -> Callable[[T], T]:
             names.append((f"model_{index}", f"encoder_{index}"))
             setattr(cls, names[-1][0], encoder.inner.model)
             setattr(cls, names[-1][1], bentoml.depends(encoder))
-        setattr(cls, ENCODERS, names)
+        setattr(cls, ENCODER_ATTRIBUTES, names)
         return cls
 
     return add
@@ -47,4 +47,4 @@ def depends_on_each(encoders: list[bentoml.Service]) -> Callable[[T], T]:
 def encoders_of(service: object) -> list[tuple[bentoml.models.BentoModel, Callable[[], Any]]]:
     """Per Encoder of ``service`` (an instance of a class ``depends_on_each`` decorated): its stored model,
     and its BentoML client, looked up when first called (the client grows its methods as its connection first opens)."""
-    return [(getattr(service, model), partial(getattr, service, client)) for model, client in getattr(type(service), ENCODERS)]
+    return [(getattr(service, model), partial(getattr, service, client)) for model, client in getattr(type(service), ENCODER_ATTRIBUTES)]
