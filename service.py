@@ -19,7 +19,6 @@ from functools import partial
 from typing import Any
 
 import bentoml
-import numpy as np
 from fastapi import FastAPI
 
 from api.catalog import Catalog, served_model
@@ -28,7 +27,6 @@ from api.middleware import guard, protect
 from api.pipeline import Pipeline
 from api.routes import ROUTERS
 from models.engine import Engine
-from models.inference import Pass
 from models.spec import ModelSpec
 from serving import compat
 from serving.compat import NEVER_RECYCLE
@@ -37,8 +35,7 @@ from serving.drain import Drain
 from serving.gone import Dropped
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
 from serving.telemetry import forget_dead_processes, telemetry
-from serving.encoder_route import EncoderRoute
-from serving.wire import Text
+from serving.wire import ids_from_wire, rows_to_wire
 from serving.wiring import depends_on_each, encoder_service, encoders_of
 
 compat.apply()  # BentoML's and uvicorn's internals, corrected for the versions pinned (serving/compat/)
@@ -52,7 +49,6 @@ class Encoder:
     a process, a batch queue and a backend of its own, so a batch never mixes models and one model's crash spares the others."""
 
     model: bentoml.models.BentoModel  # the stored model it serves, set per service
-    route: EncoderRoute  # where its calls arrive, set per service (serving/encoder_route.py)
 
     def __init__(self) -> None:
         self.name = self.model.tag.name
@@ -63,7 +59,6 @@ class Encoder:
         limit_connections(
             header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s, keep_alive_s=ENCODER_KEEP_ALIVE_S
         )
-        self.route.serve(self.name, self.encode, settings.max_batch_size, settings.max_latency_ms)
         telemetry.backend(self.name, self.engine.backend)
         telemetry.sample_held(
             {
@@ -73,14 +68,17 @@ class Encoder:
             }
         )
 
-    async def encode(self, texts: list[Text]) -> tuple[list[np.ndarray], list[Pass | None]]:
-        """A batch of calls' texts: per text, its row and the pass that computed it (an empty row and None if nobody waits for it any more)."""
+    # Per text: its row and the pass that computed it (an empty row and None if nobody waits for it any more).
+    # Ids and rows travel as bytes, one chunk per call (serving/wire.py).
+    @bentoml.api(batchable=True, max_batch_size=settings.max_batch_size, max_latency_ms=settings.max_latency_ms)
+    async def encode(self, token_ids: list[bytes]) -> list[tuple[bytes, Any]]:
+        texts = ids_from_wire(token_ids)
         with self.drain.batch():
             rows, passes = await self.engine.run(
                 [text.ids for text in texts], partial(self.dropped.wanted, texts), alone=requests_in_progress() == 1
             )
         telemetry.passes(self.name, set(passes) - {None})
-        return rows, passes
+        return list(zip(rows_to_wire(rows), passes))
 
     @bentoml.api
     async def forget(self, keys: list[int]) -> None:

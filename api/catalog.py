@@ -21,12 +21,10 @@ import numpy as np
 from bentoml.exceptions import BentoMLException
 
 from models.calibration import load_ranges
-from models.inference import Pass
 from models.spec import ModelSpec
 from models.tasks import task_of
 from models.tokenization import Side, SideTokenizer, TextTokenizer
 from serving.coalesce import Coalescer
-from serving.encoder_route import encoder_calls
 from serving.gone import Forgetter
 from serving.hop import LoneCalls, resend_unanswered
 from serving.settings import settings
@@ -48,7 +46,7 @@ class ServedModel:
     created: int
     spec: ModelSpec
     tokenizer: TextTokenizer
-    calls: Coalescer[bytes, tuple[memoryview, Pass | None]]  # this model's Encoder calls, shared by concurrent requests
+    calls: Coalescer[bytes, tuple[bytes, Any]]  # this model's Encoder calls, shared by concurrent requests
     encoder: Callable[[], Any]  # the Encoder's BentoML client (made when first used), for its runtime card
     forget: Callable[[int], None]  # tells the Encoder a request was given up (serving.gone.Forgetter)
     admission: Admission  # its share of the worker (``api/flow.py``)
@@ -82,7 +80,7 @@ def served_model(model: bentoml.models.BentoModel, encoder: Callable[[], Any]) -
     first called): its tokenizer, and its calls to the Encoder, shared by concurrent requests (``serving/coalesce.py``)."""
     stored = ModelSpec.of(model)
     spec = dataclasses.replace(stored, source=shown_source(stored.source))  # what /v1/models and /info show
-    encode = resend_unanswered(encoder_calls(encoder), settings.encoder_attempts, LoneCalls(model.tag.name))
+    encode = resend_unanswered(lambda token_ids: encoder().to_async.encode(token_ids), settings.encoder_attempts, LoneCalls(model.tag.name))
     return ServedModel(
         name=model.tag.name,
         tag=str(model.tag),

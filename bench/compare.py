@@ -7,7 +7,9 @@ this checks out ``REF`` in a scratch git worktree, imports the embedded all-Mini
 each tree's own import CLI (its own export and quantization), then serves each tree in turns,
 several rounds, measuring the same points (``POINTS``); each point keeps its best round, and each
 round's ratio of the two trees (a pair measured a minute apart) is written too, with their median:
-one fast minute can make a tree's best round.
+one fast minute can make a tree's best round. Each round also records the server's CPU per request
+by part (Encoder, API workers): steadier than a rate on a noisy machine, and where a change to the
+way between them shows first.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def import_default(tree: Path, name: str) -> str:
 def measure(tree: Path, tag: str, seconds: float, points: list[tuple[int, int]], settings: dict | None = None) -> dict[str, dict]:
     """Each point's closed-loop figures against ``tree`` serving ``tag`` (with ``settings``, TEXTBENTO_* variables)."""
     with serve(env={"TEXTBENTO_MODEL": tag, **(settings or {})}, cwd=tree) as server:
-        return {f"{k}x-c{c}": load(server.url + "/v1/embeddings", k, c, seconds) for k, c in points}
+        return {f"{k}x-c{c}": load(server.url + "/v1/embeddings", k, c, seconds, pid=server.process.pid) for k, c in points}
 
 
 def load(url: str, per_request: int, concurrency: int, seconds: float, *, model: str | None = None, pid: int | None = None) -> dict:
@@ -105,7 +107,7 @@ def main() -> None:
                     rounds[name].append(measure(tree, tag, args.seconds, POINTS))
                     print(
                         name,
-                        {point: (row["texts_per_s"], row["p50_ms"], row["errors"]) for point, row in rounds[name][-1].items()},
+                        {point: (row["texts_per_s"], row["p50_ms"], row["errors"], row["cpu_ms_per_request"]) for point, row in rounds[name][-1].items()},
                         flush=True,
                     )
         finally:
@@ -127,6 +129,10 @@ def main() -> None:
         "paired_ratios": paired,
         "median_paired_ratio": {point: statistics.median(values) for point, values in paired.items()},
         "texts_per_s_by_round": {name: [{k: row["texts_per_s"] for k, row in one.items()} for one in rounds[name]] for name in trees},
+        "p50_ms_by_round": {name: [{k: row["p50_ms"] for k, row in one.items()} for one in rounds[name]] for name in trees},
+        "cpu_ms_per_request_by_round": {
+            name: [{k: row["cpu_ms_per_request_by_part"] for k, row in one.items()} for one in rounds[name]] for name in trees
+        },
     }
     write_result(f"compare-{args.ref}.json", report, indent=2)
     print("texts/s, this tree / ref, best rounds:", ratios, "median of the paired rounds:", report["median_paired_ratio"])

@@ -108,7 +108,7 @@ async def closed_loop(
 def batch_histogram(base_url: str) -> tuple[float, float]:
     """(calls, batches) the Encoder's adaptive batcher has dispatched so far, from /metrics.
 
-    ``textbento_batch_calls`` observes how many calls each batch merged. A call carries the texts an API
+    BentoML's histogram observes how many calls each batch merged. A call carries the texts an API
     worker merged from its concurrent requests (serving/coalesce.py), so these are calls, not
     texts: ``textbento_batch_texts`` counts texts per forward pass.
     """
@@ -119,7 +119,7 @@ def batch_histogram(base_url: str) -> tuple[float, float]:
         text = response.read().decode()
 
     def total(suffix: str) -> float:
-        pattern = rf"textbento_batch_calls_{suffix}\{{[^}}]*\}} (\S+)"
+        pattern = rf'adaptive_batch_size_{suffix}\{{[^}}]*method_name="encode"[^}}]*\}} (\S+)'
         return sum(float(value) for value in re.findall(pattern, text))
 
     return total("sum"), total("count")

@@ -127,7 +127,6 @@ class Telemetry:
                 buckets=SECONDS,
             ),
             inference=prom.Histogram("textbento_inference_seconds", "the forward passes carrying the request", ["model"], buckets=SECONDS),
-            batch_calls=prom.Histogram("textbento_batch_calls", "Encoder calls per batch of its batcher", ["model"], buckets=TEXTS),
             batch_texts=prom.Histogram("textbento_batch_texts", "texts per forward pass", ["model"], buckets=TEXTS),
             batch_padded_tokens=prom.Histogram(
                 "textbento_batch_padded_tokens", "padded tokens per forward pass", ["model"], buckets=TOKENS
@@ -236,11 +235,6 @@ class Telemetry:
         for trial in backend.trials:
             if trial.texts_per_s is not None:
                 self.families.trial_speed.labels(model, trial.backend, trial.precision, str(int(trial.served))).set(trial.texts_per_s)
-
-    def batch(self, model: str, calls: int) -> None:
-        """A batch of an Encoder's batcher: how many calls it merged."""
-        if self.enabled:
-            self.families.batch_calls.labels(model).observe(calls)
 
     def passes(self, model: str, passes: set[Pass]) -> None:
         """An Encoder's forward passes (each once, however many texts of it went to how many calls)."""

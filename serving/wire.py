@@ -1,8 +1,9 @@
-"""What an Encoder call carries: one body each way, framed bytes (``serving/encoder_route.py`` sends them).
+"""What an Encoder call carries: each text's token ids and each answer row as raw bytes.
 
-A call is its texts, each its request's key and deadline and its token ids; an answer is each text's
-row and the forward pass that computed it. Each travels as one body, a frame: the count of parts,
-their lengths, then the parts; no pickle, no per-array buffer, one write each way.
+BentoML sends a call pickled with protocol 5, and every ndarray in it as an out-of-band buffer of
+its own, which uvicorn writes to the socket as a chunk of its own: a 64-text answer was 65 writes
+(and as many ASGI messages), a share of the Encoder's CPU that the model needed. Bytes travel
+inside the pickle: one chunk each way, more texts/s at several texts per request (docs/design.md 8).
 
 Rows are float32 (the backends' contract, ``models/backends``); token ids are int32 (a pair's
 token types folded in, ``models/batching.with_segments``). Each text's ids follow its request's
@@ -18,17 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.inference import Pass
-
 IDS, ROWS = np.dtype(np.int32), np.dtype(np.float32)
 REQUEST = Struct("<qd")  # the request's key, its deadline (time.time())
-COUNT, LENGTHS = Struct("<I"), np.dtype("<u4")  # a frame's parts: how many, and each one's length in bytes
-PASSES, PASS_INDEX = np.dtype("<f8"), np.dtype("<i4")  # an answer's passes (5 numbers each), and each text's (-1: none)
-NOT_COMPUTED = -1
-
-
-class BadFrame(ValueError):
-    """A body that is not a frame: its lengths do not add up to it."""
 
 
 class Text(NamedTuple):
@@ -55,39 +47,3 @@ def rows_to_wire(rows: Sequence[np.ndarray]) -> list[bytes]:
 
 def rows_from_wire(wire: Sequence[bytes]) -> list[np.ndarray]:
     return [np.frombuffer(row, dtype=ROWS) for row in wire]
-
-
-def frame(parts: Sequence[bytes | memoryview]) -> bytes:
-    """``parts`` as one body: their count, their lengths, then each of them."""
-    lengths = np.fromiter(map(len, parts), LENGTHS, len(parts))
-    return b"".join([COUNT.pack(len(parts)), lengths.tobytes(), *parts])
-
-
-def unframe(body: bytes) -> list[memoryview]:
-    """The parts of a frame, as views of ``body`` (``BadFrame`` if it is not one)."""
-    if len(body) < COUNT.size:
-        raise BadFrame(f"a frame starts with its count of parts; the body has {len(body)} bytes")
-    (count,) = COUNT.unpack_from(body)
-    start = COUNT.size + count * LENGTHS.itemsize
-    if len(body) < start:
-        raise BadFrame(f"a frame of {count} parts has no room for their lengths in {len(body)} bytes")
-    ends = start + np.cumsum(np.frombuffer(body, LENGTHS, count, COUNT.size), dtype=np.int64)
-    if (ends[-1] if count else start) != len(body):
-        raise BadFrame(f"the parts' lengths do not add up to the body's {len(body)} bytes")
-    view = memoryview(body)
-    return [view[begin:end] for begin, end in zip([start, *ends[:-1].tolist()], ends.tolist())]
-
-
-def answer_to_wire(rows: Sequence[np.ndarray], passes: Sequence[Pass | None]) -> bytes:
-    """Each text's row and the pass that computed it (None: nobody waited for it, ``serving/gone.py``)."""
-    table = list(dict.fromkeys(p for p in passes if p is not None))
-    index = {p: i for i, p in enumerate(table)}
-    which = np.array([NOT_COMPUTED if p is None else index[p] for p in passes], PASS_INDEX)
-    return frame([np.array(table, PASSES).tobytes(), which.tobytes(), *rows_to_wire(rows)])
-
-
-def answer_from_wire(body: bytes) -> list[tuple[memoryview, Pass | None]]:
-    table, which, *rows = unframe(body)
-    passes = [Pass(started, finished, int(texts), int(padded), int(real)) for started, finished, texts, padded, real in
-              np.frombuffer(table, PASSES).reshape(-1, len(Pass._fields)).tolist()]
-    return [(row, None if i == NOT_COMPUTED else passes[i]) for row, i in zip(rows, np.frombuffer(which, PASS_INDEX).tolist())]

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 import bentoml
 
-from .encoder_route import EncoderRoute
 from .gpus import gpu_share
 
 T = TypeVar("T", bound=type)
@@ -23,15 +22,11 @@ ENCODER_ATTRIBUTES = "_encoder_attributes"  # on the API service's class: the at
 
 def encoder_service(encoder: type, tag: str, served: int, **config: Any) -> bentoml.Service:
     """``encoder`` serving the stored model ``tag``, as the BentoML service of one of ``served`` models:
-    a GPU each, or a share of the first; named ``encoder`` when it is the only one. Its calls come on a
-    route of its own (``route``, mounted: ``serving/encoder_route.py``)."""
+    a GPU each, or a share of the first; named ``encoder`` when it is the only one."""
     model = bentoml.models.BentoModel(tag)
     name = "encoder" if served == 1 else f"encoder-{model.tag.name}"
-    route = EncoderRoute()
-    serving_one_model = type(encoder.__name__, (encoder,), {"model": model, "route": route, "__doc__": encoder.__doc__})
-    service = bentoml.service(name=name, workers=1, resources={"gpu": gpu_share(served)}, **config)(serving_one_model)
-    service.mount_asgi_app(route.app(), path="/")
-    return service
+    serving_one_model = type(encoder.__name__, (encoder,), {"model": model, "__doc__": encoder.__doc__})
+    return bentoml.service(name=name, workers=1, resources={"gpu": gpu_share(served)}, **config)(serving_one_model)
 
 
 def depends_on_each(encoders: list[bentoml.Service]) -> Callable[[T], T]:

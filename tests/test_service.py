@@ -111,7 +111,7 @@ def test_concurrent_load_is_batched_without_errors(embed_url):
     )
     after = batch_histogram(embed_url)
     assert result.requests == 2000 and result.errors == 0, (result.statuses, result.sample_errors)
-    # textbento_batch_calls counts the Encoder's calls per batch; each call carries the texts of the
+    # BentoML's histogram counts the Encoder's calls per batch; each call carries the texts of the
     # requests an API worker merged while its previous calls were out (serving/coalesce.py).
     calls, batches = after[0] - before[0], after[1] - before[1]
     print(f"\n2000 requests → {calls:.0f} Encoder calls → {batches:.0f} batches")

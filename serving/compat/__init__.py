@@ -5,11 +5,11 @@ Each patch was read from, and is tested against, one version of the library it p
 tests/test_compat.py holds, per patch, a test of the upstream behaviour it corrects: when an
 upgrade fixes that behaviour upstream, the test fails and says which patch can go.
 
-- ``bentoml_batcher``      BentoML's adaptive batcher without its learned idle wait, and one made for the Encoder's route
+- ``bentoml_batcher``      BentoML's adaptive batcher without its learned idle wait
 - ``bentoml_requests``     a media type per class, the timeout timer cancelled, spans only when exported
 - ``bentoml_metrics``      BentoML's HTTP metrics labelled by route template, not raw path
 - ``uvicorn_connections``  headers and body deadlines and a keep-alive per service, on uvicorn's httptools protocol
-- ``bentoml_internals``    what is read of BentoML's internals unchanged (GPUs, tracer provider, a client's session), and ``NEVER_RECYCLE``
+- ``bentoml_internals``    what is read of BentoML's internals unchanged (GPUs, tracer provider), and ``NEVER_RECYCLE``
 
 No module outside this package imports a library's internals (tests/test_compat.py holds that too).
 """
@@ -19,10 +19,9 @@ from __future__ import annotations
 from importlib import metadata
 
 from . import bentoml_batcher, bentoml_metrics, bentoml_requests, uvicorn_connections
-from .bentoml_batcher import batcher
-from .bentoml_internals import NEVER_RECYCLE, session_of
+from .bentoml_internals import NEVER_RECYCLE
 
-__all__ = ["NEVER_RECYCLE", "WRITTEN_FOR", "IncompatibleVersion", "apply", "batcher", "session_of"]
+__all__ = ["NEVER_RECYCLE", "WRITTEN_FOR", "IncompatibleVersion", "apply"]
 
 # The versions these patches were read from and tested against (pinned in requirements/serve-*.txt and constraints.txt).
 WRITTEN_FOR = {

@@ -12,10 +12,6 @@ request is shed with 503 when its predicted latency passes ``max_latency_ms``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-from typing import NoReturn
-
 from bentoml._internal.marshal import dispatcher
 
 # BentoML's own optimizer, as it was before any patch (tests/test_compat.py checks it still learns the wait).
@@ -37,19 +33,3 @@ def apply() -> None:
     if not hasattr(dispatcher, "CorkDispatcher") or not hasattr(StockOptimizer, "trigger_refresh"):
         raise RuntimeError("BentoML's batcher changed: serving/compat/bentoml_batcher.py no longer applies; re-measure the idle wait")
     dispatcher.Optimizer = DispatchWhenFree
-
-
-def batcher(max_batch_size: int, max_latency_ms: float, overloaded: Callable[[], NoReturn]) -> dispatcher.CorkDispatcher:
-    """BentoML's adaptive batcher as BentoML makes it for a batchable API whose argument is a list
-    (``_bentoml_impl.server.app.ServiceAppFactory``): calls merged up to ``max_batch_size`` items, a
-    call split where it would pass it, the oldest shed (``overloaded`` raises) when it would wait past
-    ``max_latency_ms``."""
-    from bentoml._internal.runner.container import AutoContainer
-
-    return dispatcher.CorkDispatcher(
-        max_latency_in_ms=max_latency_ms,
-        max_batch_size=max_batch_size,
-        fallback=overloaded,
-        get_batch_size=partial(AutoContainer.get_batch_size, batch_dim=0),
-        batch_dim=(0, 0),
-    )

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import aiohttp
 from bentoml._internal.configuration.containers import BentoMLContainer
 from bentoml._internal.resource import system_resources
 
-__all__ = ["NEVER_RECYCLE", "session_of", "system_resources", "tracer_provider"]
+__all__ = ["NEVER_RECYCLE", "system_resources", "tracer_provider"]
 
 # BentoML recycles the client session to a service every 100 requests / 300 s and kills the calls
 # in flight on it (HTTP 500 under concurrency, upstream #5540/#5544). Read from the callee's config
@@ -19,9 +16,3 @@ NEVER_RECYCLE = {"max_requests": 2**62, "max_age": 1e12}
 def tracer_provider():
     """BentoML's OpenTelemetry tracer provider: OTLP when ``TEXTBENTO_OTLP_ENDPOINT`` or a BentoML ``tracing`` config sets one."""
     return BentoMLContainer.tracer_provider.get()
-
-
-async def session_of(client: Any) -> aiohttp.ClientSession:
-    """The aiohttp session of a BentoML client to a dependency (``bentoml.depends``): its pooled connections
-    to the service's socket, its base URL and its timeout (the service's, plus 1%)."""
-    return await client.to_async._session_manager.get_session()
