@@ -19,6 +19,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+import bentoml
+
 from bench.ceiling import bench_tag, loaded, rate
 from harness.results import write_result
 from harness.texts import mixed_texts, short_texts
@@ -39,24 +41,29 @@ def runs_rate(run: Callable, backend, spec, ids: list, size: int) -> float:
     return len(ids) / (time.perf_counter() - started)
 
 
+def ways(backend, spec, ids: list) -> dict[str, Callable[[], float]]:
+    """Each way of batching ``ids``, as a measurement of its texts/s."""
+    every: dict[str, Callable[[], float]] = {"sorted-32": lambda: rate(backend, spec, ids, "sorted-32")}
+    for size in SIZES:
+        every[f"batches of {size}"] = lambda size=size: runs_rate(run_batch, backend, spec, ids, size)
+        every[f"window of {size}"] = lambda size=size: runs_rate(run_window, backend, spec, ids, size)
+    return every
+
+
 def main() -> None:
     tag = bench_tag()
     backend, spec, _ = loaded("auto", tag)
-    import bentoml
-
     tokenizer = TextTokenizer(bentoml.models.get(tag).path, spec.max_length)
     report: dict = {"model": tag, "backend": f"{backend.name} {backend.precision}", "rounds": ROUNDS, "texts": TEXTS, "texts_per_s": {}}
     for kind, texts in (("short, 5-30 words", short_texts(TEXTS, seed=3)), ("mixed, 3-60 words", mixed_texts(TEXTS, seed=3))):
-        ids = [e.ids for e in tokenizer.encode(texts)]
-        ways: dict[str, Callable[[], float]] = {"sorted-32": lambda: rate(backend, spec, ids, "sorted-32")}
-        for size in SIZES:
-            ways[f"batches of {size}"] = lambda size=size: runs_rate(run_batch, backend, spec, ids, size)
-            ways[f"window of {size}"] = lambda size=size: runs_rate(run_window, backend, spec, ids, size)
-        rounds: dict[str, list[float]] = {way: [] for way in ways}
+        measures = ways(backend, spec, [e.ids for e in tokenizer.encode(texts)])
+        rounds: dict[str, list[float]] = {way: [] for way in measures}
         for _ in range(ROUNDS):
-            for way, measure in ways.items():
+            for way, measure in measures.items():
                 rounds[way].append(measure())
-        report["texts_per_s"][kind] = {way: {"median": round(statistics.median(r), 1), "best": round(max(r), 1)} for way, r in rounds.items()}
+        report["texts_per_s"][kind] = {
+            way: {"median": round(statistics.median(r), 1), "best": round(max(r), 1)} for way, r in rounds.items()
+        }
         print(kind, {way: row["median"] for way, row in report["texts_per_s"][kind].items()}, flush=True)
     write_result("windows.json", report, indent=2)
 
