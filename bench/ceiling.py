@@ -129,10 +129,11 @@ def ceilings(backend_name: str, tag: str, rounds: int = 2) -> tuple[str, list[di
     return backend.name, [{"mode": mode, "sentences_per_s": round(best_rate(backend, spec, ids, mode, rounds), 1)} for mode in MODES]
 
 
-def own_speed(tag: str, rounds: int = 2) -> dict:
-    """The served compute's own speed here, without HTTP or the batcher: ``auto``'s choice on this machine (as the
-    server makes it), a lone text's pass and length-sorted batches of 32, the best of ``rounds`` passes over the stream."""
-    backend, spec, ids = loaded("auto", tag)
+def own_speed(model: tuple[Backend, ModelSpec, list[np.ndarray]], rounds: int = 2) -> dict:
+    """The served compute's own speed here, without HTTP or the batcher: ``model`` as ``loaded("auto", tag)``
+    makes it (``auto``'s choice on this machine, as the server makes it), a lone text's pass and length-sorted
+    batches of 32, the best of ``rounds`` passes over the stream."""
+    backend, spec, ids = model
     alone, sorted_32 = (best_rate(backend, spec, ids, mode, rounds) for mode in ("alone", "sorted-32"))
     return {
         "backend": backend.name,

@@ -78,8 +78,9 @@ def peers(files: dict) -> list[str]:
         of = d["of_the_model"]
         lines += [
             "",
-            f"The model alone here, in process ({alone['backend']}, {alone['precision']}): a lone pass {alone['alone_pass_ms']} ms, "
-            f"{n(alone['sorted_32_texts_per_s'])} texts/s in length-sorted batches of 32. Served: c=1 p50 "
+            f"The model alone here, in process ({alone['backend']}, {alone['precision']}; in each round, both servers idle; "
+            f"medians): a lone pass {alone['alone_pass_ms']} ms, {n(alone['sorted_32_texts_per_s'])} texts/s in length-sorted "
+            "batches of 32. Served, each round against its own: c=1 p50 "
             f"{of['1x-c1 p50 over a lone pass, ms']} ms over a lone pass; 1 × c64 at {pct(of['1x-c64 texts/s share of sorted-32'])} "
             f"and 32 × c8 at {pct(of['32x-c8 texts/s share of sorted-32'])} of the sorted batches' texts/s.",
         ]
