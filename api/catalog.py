@@ -66,6 +66,14 @@ class ServedModel:
                 raise unavailable(self.name) from None
         return self.runtime_card
 
+    async def answers(self, within_s: float = 2.0) -> bool:
+        """Whether its Encoder answers now, within ``within_s`` (its model loaded and checked: it answers once warmed up)."""
+        try:
+            self.runtime_card = await asyncio.wait_for(self.encoder().to_async.runtime(), within_s)
+        except (TimeoutError, aiohttp.ClientError, BentoMLException):
+            return False
+        return True
+
     def does(self, need: Need) -> bool:
         return need in task_of(self.spec).route_families(self.spec)
 

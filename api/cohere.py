@@ -1,6 +1,6 @@
-"""Cohere's v2 embed API (``POST /v2/embed``), shape for shape, for the official ``cohere`` client
-(``cohere.ClientV2(base_url=...)``): its request body, its ``embeddings_by_type`` answer, and its
-error shape, ``{"id", "message"}``.
+"""Cohere's v2 embed and rerank APIs (``POST /v2/embed``, ``POST /v2/rerank``), shape for shape, for the
+official ``cohere`` client (``cohere.ClientV2(base_url=...)``): their request bodies, their answers, and
+their error shape, ``{"id", "message"}``.
 
 Differences, each on purpose: texts only (``images`` and ``inputs`` are refused, 422 naming them);
 ``model`` may be left out (the first embedder served); ``input_type`` picks the model's
@@ -8,7 +8,10 @@ sentence-transformers prompt for that role (``PROMPT_NAMES``), the model's defau
 has none; ``max_tokens`` past the model's limit means the limit, and one that leaves no room beside
 the special tokens is refused (400); ``int8`` and
 ``uint8`` are computed on ranges measured at import (``models.calibration``), so a model imported
-without them, or asked for fewer dimensions, is refused them (400).
+without them, or asked for fewer dimensions, is refused them (400). Rerank: ``max_tokens_per_doc``
+reads each document in its first that many tokens (the model's own tokenizer), as Cohere's does, and
+``relevant_spans`` enabled is refused (422): a document is scored whole. ``priority`` is accepted on
+both: every request is served in arrival order, as at Cohere's highest priority.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, Field
 
-from .types import EmbeddingType, Request, TextList, Unicode
+from .types import EmbeddingType, Request, Text, TextList, Unicode
 
 InputType = Literal["search_document", "search_query", "classification", "clustering"]
 # The sentence-transformers prompt names each Cohere input type maps to, the first the model has.
@@ -74,3 +77,43 @@ class EmbedResponse(BaseModel):
     texts: list[str]
     meta: Meta
     response_type: Literal["embeddings_by_type"] = "embeddings_by_type"
+
+
+class RelevantSpans(Request):
+    mode: Literal["enabled", "disabled"]
+    threshold: float | None = None
+    max_spans: Annotated[int, Field(ge=1)] | None = None
+
+
+class RerankRequest(Request):
+    """``POST /v2/rerank``."""
+
+    model: Unicode | None = None
+    query: Text
+    documents: TextList
+    top_n: Annotated[int, Field(ge=1)] | None = Field(None, description="return only the n most relevant documents")
+    max_tokens_per_doc: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="read each document in its first n tokens (its own; the model's limit applies to the pair)"
+    )
+    relevant_spans: RelevantSpans | None = Field(None, description="refused when enabled: each document is scored whole")
+    priority: int | None = Field(None, description="accepted for the client's sake; every request is served in arrival order")
+
+
+class RerankResult(BaseModel):
+    index: int
+    relevance_score: float
+
+
+class SearchUnits(BaseModel):
+    search_units: int
+
+
+class RerankMeta(BaseModel):
+    api_version: ApiVersion
+    billed_units: SearchUnits
+
+
+class RerankResponse(BaseModel):
+    id: str
+    results: list[RerankResult]
+    meta: RerankMeta

@@ -34,7 +34,7 @@ class ErrorBody(BaseModel):
 
 
 # TEI's ErrorType names; the status stays textbento's (a 404 for an unknown model, 413 for too much).
-TEIErrorType = Literal["Validation", "Overloaded", "Backend"]
+TEIErrorType = Literal["Validation", "Overloaded", "Backend", "Unhealthy"]
 
 
 class TEIErrorBody(BaseModel):
@@ -47,7 +47,9 @@ class CohereErrorBody(BaseModel):
     message: str
 
 
-TEI_ROUTES = frozenset({"/", "/embed", "/embed_all", "/embed_sparse", "/predict", "/rerank", "/similarity", "/tokenize", "/info"})
+TEI_ROUTES = frozenset(
+    {"/", "/embed", "/embed_all", "/embed_sparse", "/predict", "/rerank", "/similarity", "/tokenize", "/decode", "/health", "/info"}
+)
 
 
 ERRORS = {
@@ -83,7 +85,7 @@ def error_response(error: APIError, path: str) -> JSONResponse:
     telemetry.rejected(error.type)
     headers = {"Retry-After": str(error.retry_after)} if error.retry_after is not None else None
     if path in TEI_ROUTES:
-        body = TEIErrorBody(error=error.message, error_type=tei_error_type(error.status)).model_dump()
+        body = TEIErrorBody(error=error.message, error_type=tei_error_type(error)).model_dump()
     elif path.startswith("/v2/"):
         where = f"{error.param}: " if error.param and not error.message.startswith(error.param) else ""
         body = CohereErrorBody(id=str(uuid.uuid4()), message=where + error.message).model_dump()
@@ -92,7 +94,10 @@ def error_response(error: APIError, path: str) -> JSONResponse:
     return JSONResponse(body, status_code=error.status, headers=headers)
 
 
-def tei_error_type(status: int) -> TEIErrorType:
+def tei_error_type(error: APIError) -> TEIErrorType:
+    status = error.status
+    if error.type == "unhealthy":
+        return "Unhealthy"
     if status in (429, 503):
         return "Overloaded"
     return "Backend" if status >= 500 else "Validation"

@@ -96,3 +96,8 @@ async def sent(calls: Coalescer[Item, Result], items: list[Item], budget: Budget
 def unavailable(model: str) -> APIError:
     """The Encoder has not answered yet (loading, or restarting after a crash)."""
     return APIError(503, "runner_unavailable", f"model {model!r} is starting; retry shortly", retry_after=1)
+
+
+def unhealthy(models: list[str]) -> APIError:
+    """TEI's health check failed: these models' Encoders do not answer now."""
+    return APIError(503, "unhealthy", f"the Encoder of {', '.join(map(repr, models))} does not answer", retry_after=1)

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from models.inference import Pass
 from models.postprocess import matryoshka_prefix, maxsim, ranked_labels, scores, token_vectors
 from models.tasks import task_of
-from models.tokenization import Encoded, QueryAndDocuments, Side, TextInput, Token, TooManyTokens
+from models.tokenization import Encoded, PairsCut, QueryAndDocuments, Side, TextInput, Token, TooManyTokens
 from serving.settings import settings
 from serving.telemetry import Timing, telemetry
 from serving.wire import ids_to_wire, rows_from_wire
@@ -130,17 +130,21 @@ class Pipeline:
         truncate: bool = True,
         raw: bool = False,
         truncation_direction: str = "right",
+        document_tokens: int | None = None,
     ) -> tuple[list[float], Timing]:
         """Each document's relevance to the query: the cross-encoder's score of the pair (its logit when ``raw``),
-        or a multi-vector model's MaxSim of the query's token vectors with the document's (no activation: ``raw`` alike)."""
+        or a multi-vector model's MaxSim of the query's token vectors with the document's (no activation: ``raw`` alike).
+        With ``document_tokens``, each document is read in its first that many tokens (its own, special tokens aside)."""
         if task_of(model.spec).ranks_by_maxsim:
-            texts, tokenizer = [query, *documents], QueryAndDocuments(model.sides)
+            texts, tokenizer = [query, *documents], QueryAndDocuments(model.sides, document_tokens)
             encoded, rows, timing = await self.run(
                 model, texts, truncate, param, truncation_direction, tokenizer=tokenizer, query_param="query"
             )
             queried, *found = (token_vectors(row, e.ids, model.spec.skiplist if i else ()) for i, (row, e) in enumerate(zip(rows, encoded)))
             return [maxsim(queried, document) for document in found], timing
-        _, logits, timing = await self.run(model, [(query, document) for document in documents], truncate, param, truncation_direction)
+        pairs = [(query, document) for document in documents]
+        tokenizer = None if document_tokens is None else PairsCut(model.tokenizer, document_tokens)
+        _, logits, timing = await self.run(model, pairs, truncate, param, truncation_direction, tokenizer=tokenizer)
         return [float(row[0] if raw else scores(row, model.spec.activation)[0]) for row in logits], timing
 
     async def multivectors(
@@ -174,6 +178,21 @@ class Pipeline:
             except TooManyTokens as over:
                 message = f"{over.tokens} tokens by input {over.index}; /tokenize lists at most {over.limit} tokens per request"
                 raise APIError(413, "too_many_tokens", message, f"{param}.{over.index}") from None
+
+    async def decode(self, model: ServedModel, ids: list[list[int]], skip_special_tokens: bool, param: str) -> list[str]:
+        """Each list of token ids back to text (on a thread): ids outside the model's vocabulary refused
+        (422 naming the first), at most ``max_tokenize_tokens`` in all (413), admitted as every route."""
+        vocabulary = model.tokenizer.vocabulary_size
+        for i, one in enumerate(ids):
+            if one and (largest := max(one)) >= vocabulary:
+                j = one.index(largest)
+                message = f"token id {largest} is not in the model's vocabulary (ids 0 to {vocabulary - 1})"
+                raise APIError(422, "invalid_request", f"{param}.{i}.{j}: {message}", f"{param}.{i}.{j}")
+        if (count := sum(map(len, ids))) > settings.max_tokenize_tokens:
+            message = f"{count} token ids in one request; /decode reads at most {settings.max_tokenize_tokens}"
+            raise APIError(413, "too_many_tokens", message, param)
+        async with admitted(model.admission, Budget.start()):
+            return await asyncio.to_thread(model.tokenizer.decode, ids, skip_special_tokens)
 
     def answer(self, model: ServedModel, data: list[dict], timing: Timing) -> Response:
         """The list answer of the routes, straight to JSON (``api/responses.py``)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import numpy as np
+from annotated_types import MaxLen
 from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, RootModel
 
 from models.postprocess import best_first, l2_normalize
@@ -172,6 +173,23 @@ class TokenizeRequest(TEIRequest):
     inputs: Annotated[list[Unicode], BeforeValidator(as_list, json_schema_input_type=str | list[str]), counted(), Field(min_length=1)]
     add_special_tokens: bool = True
     prompt_name: Unicode | None = None
+
+
+def one_or_many_ids(value: object) -> object:
+    """One list of token ids, or a list of them: always a list of them."""
+    return [value] if isinstance(value, list) and not any(isinstance(item, list) for item in value) else value
+
+
+# One text's ids: each within the whole request's bound (all of them together: ``Pipeline.decode``).
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], MaxLen(settings.max_tokenize_tokens)]
+
+
+class DecodeRequest(TEIRequest):
+    """``POST /decode``: token ids back to text."""
+
+    # Wrapped before counted (validators before the type run last-declared first): one long list is one input.
+    ids: Annotated[list[TokenIds], counted(), BeforeValidator(one_or_many_ids, json_schema_input_type=TokenIds | list[TokenIds])]
+    skip_special_tokens: bool = True
 
 
 class Prediction(BaseModel):

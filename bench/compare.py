@@ -105,11 +105,8 @@ def main() -> None:
             for _ in range(args.rounds):
                 for name, (tree, tag) in trees.items():
                     rounds[name].append(measure(tree, tag, args.seconds, POINTS))
-                    print(
-                        name,
-                        {point: (row["texts_per_s"], row["p50_ms"], row["errors"], row["cpu_ms_per_request"]) for point, row in rounds[name][-1].items()},
-                        flush=True,
-                    )
+                    figures = ("texts_per_s", "p50_ms", "errors", "cpu_ms_per_request")
+                    print(name, {point: tuple(row[key] for key in figures) for point, row in rounds[name][-1].items()}, flush=True)
         finally:
             for _, tag in trees.values():  # a new version per run otherwise: ~270 MB each, left in the store
                 bentoml.models.delete(tag)

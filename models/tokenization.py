@@ -75,6 +75,23 @@ class TextTokenizer:
             encoded.append(Encoded(ids, bool(encoding.overflowing)))
         return encoded
 
+    def encode_pairs_cut(
+        self, pairs: Sequence[tuple[str, str]], second_tokens: int, cut: Literal["right", "left"] = "right"
+    ) -> list[Encoded]:
+        """Pairs whose second text is first cut to its first ``second_tokens`` tokens (its own, special tokens
+        aside; its last ones with ``cut`` left), then read as ``encode`` reads a pair (cut to the model's limit)."""
+        parts = self.cutting(None)
+        firsts = parts.encode_batch([first for first, _ in pairs], add_special_tokens=False)
+        seconds = parts.encode_batch([second for _, second in pairs], add_special_tokens=False)
+        encoded = []
+        for first, second in zip(firsts, seconds):
+            shortened = len(second.ids) > second_tokens
+            second.truncate(second_tokens, direction=cut)
+            pair = self.cutting(cut).post_process(first, second)
+            ids = with_segments(np.asarray(pair.ids, dtype=np.int32), np.asarray(pair.type_ids, dtype=np.int32))
+            encoded.append(Encoded(ids, shortened or bool(pair.overflowing)))
+        return encoded
+
     def encode_shorter(self, texts: Sequence[TextInput], cut: Literal["right", "left"], max_tokens: int) -> list[Encoded]:
         """Single texts in at most ``max_tokens``: cut as the Rust tokenizer cuts (the text's own
         tokens first, then its special tokens added), with no tokenizer made per limit."""
@@ -88,6 +105,15 @@ class TextTokenizer:
             encoding.truncate(room, direction=cut)
             encoded.append(Encoded(np.asarray(backend.post_process(encoding).ids, dtype=np.int32), truncated))
         return encoded
+
+    @property
+    def vocabulary_size(self) -> int:
+        """How many token ids the model reads (added tokens included): ids run from 0 to one less."""
+        return self._backend.get_vocab_size(with_added_tokens=True)
+
+    def decode(self, ids: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]:
+        """Each list of token ids back to text, as ``tokenizers`` decodes it."""
+        return self._backend.decode_batch([list(one) for one in ids], skip_special_tokens=skip_special_tokens)
 
     def tokens(self, texts: Sequence[str], add_special_tokens: bool, max_tokens: int | None = None) -> list[list[Token]]:
         """Each text's tokens as text-embeddings-inference's ``/tokenize`` lists them: uncut, with
@@ -160,11 +186,15 @@ class SideTokenizer:
             expansion = np.asarray([spec.expansion_id], dtype=np.int32)
             self.expansion = expansion if spec.attend_to_expansion else unattended(expansion)
 
-    def encode(self, texts: Sequence[str], cut: Literal["right", "left"] = "right", max_tokens: int | None = None) -> list[Encoded]:
+    def encode(
+        self, texts: Sequence[str], cut: Literal["right", "left"] = "right", max_tokens: int | None = None, own_tokens: int | None = None
+    ) -> list[Encoded]:
+        """With ``own_tokens``, each text cut to that many of its own tokens (special tokens and the prefix aside) first."""
         if max_tokens is not None:
             raise ValueError("a multi-vector model's texts are cut to its query or document length only")
+        limit = None if own_tokens is None else own_tokens + self.texts.special_tokens
         encoded = []
-        for text in self.texts.encode([text.strip() for text in texts], cut):
+        for text in self.texts.encode([text.strip() for text in texts], cut, limit):
             ids = text.ids if self.prefix_id is None else np.insert(text.ids, 1, self.prefix_id)
             if self.expansion is not None and len(ids) < self.max_length:
                 ids = np.concatenate([ids, np.repeat(self.expansion, self.max_length - len(ids))])
@@ -173,14 +203,32 @@ class SideTokenizer:
 
 
 class QueryAndDocuments:
-    """A rerank's texts in one call: the first as a query, the others as documents."""
+    """A rerank's texts in one call: the first as a query, the others as documents (each cut to
+    ``document_tokens`` of its own tokens first, where given)."""
 
-    def __init__(self, sides: dict[Side, SideTokenizer]) -> None:
+    def __init__(self, sides: dict[Side, SideTokenizer], document_tokens: int | None = None) -> None:
         self.query, self.document = sides["query"], sides["document"]
         self.max_length = self.document.max_length
+        self.document_tokens = document_tokens
 
     def encode(self, texts: Sequence[str], cut: Literal["right", "left"] = "right", max_tokens: int | None = None) -> list[Encoded]:
-        return self.query.encode(texts[:1], cut, max_tokens) + self.document.encode(texts[1:], cut, max_tokens)
+        return self.query.encode(texts[:1], cut, max_tokens) + self.document.encode(texts[1:], cut, max_tokens, self.document_tokens)
+
+
+class PairsCut:
+    """A cross-encoder's pairs, each pair's second text cut to ``second_tokens`` of its own tokens first
+    (``TextTokenizer.encode_pairs_cut``)."""
+
+    def __init__(self, tokenizer: TextTokenizer, second_tokens: int) -> None:
+        self.tokenizer, self.second_tokens = tokenizer, second_tokens
+        self.max_length = tokenizer.max_length
+
+    def encode(
+        self, pairs: Sequence[tuple[str, str]], cut: Literal["right", "left"] = "right", max_tokens: int | None = None
+    ) -> list[Encoded]:
+        if max_tokens is not None:
+            raise ValueError("a pair is cut to the model's limit only")
+        return self.tokenizer.encode_pairs_cut(pairs, self.second_tokens, cut)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ REJECTIONS = {
     "too_many_requests": "admission",
     "overloaded": "shed",
     "runner_unavailable": "unavailable",
+    "unhealthy": "unavailable",
     "timeout": "timeout",
     "body_timeout": "slow_body",
 }

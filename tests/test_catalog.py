@@ -115,3 +115,29 @@ def test_an_encoder_that_never_answered_is_a_503():
     with pytest.raises(APIError) as refused:
         asyncio.run(answering("hang").runtime(within_s=0.1))
     assert (refused.value.status, refused.value.type, refused.value.retry_after) == (503, "runner_unavailable", 1)
+
+
+def test_tei_health_is_503_unhealthy_naming_each_model_whose_encoder_does_not_answer(monkeypatch):
+    """``GET /health`` asks every Encoder now: a card is an answer; an error, or none in time, is not
+    (the last card kept for /v1/models does not make a dead Encoder healthy)."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from api.errors import install_error_handlers
+    from api.pipeline import Pipeline
+    from api.routes import tei
+
+    monkeypatch.setattr(ServedModel.answers, "__defaults__", (0.1,))  # 2 s in service: not worth waiting for here
+    app = FastAPI()
+    install_error_handlers(app)
+    app.include_router(tei.router)
+    healthy, dead = answering(*[{"backend": "onnx"}] * 10), replace(answering({"backend": "onnx"}, "hang"), name="splade")
+    with TestClient(app) as client:
+        app.state.pipeline = Pipeline(Catalog([healthy, replace(CATALOG[1], encoder=healthy.encoder)]))
+        assert client.get("/health").status_code == 200
+        app.state.pipeline = Pipeline(Catalog([healthy, dead]))
+        dead_once = client.get("/health")  # its first call answers, the second hangs
+        assert dead_once.status_code == 200
+        refused = client.get("/health")
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert refused.json() == {"error": "the Encoder of 'splade' does not answer", "error_type": "Unhealthy"}

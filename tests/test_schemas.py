@@ -119,6 +119,8 @@ UNDECODABLE = [
     (api.tei.TokenizeRequest, {"inputs": SURROGATE}, ("inputs", 0)),
     (api.tei.TokenizeRequest, {"inputs": "x", "prompt_name": SURROGATE}, ("prompt_name",)),
     (api.cohere.EmbedRequest, {"texts": ["ok", SURROGATE]}, ("texts", 1)),
+    (api.cohere.RerankRequest, {"query": "q", "documents": ["d", SURROGATE]}, ("documents", 1)),
+    (api.cohere.RerankRequest, {"query": SURROGATE, "documents": ["d"]}, ("query",)),
 ]
 
 
@@ -155,6 +157,7 @@ LISTS = [
     (api.tei.SimilarityRequest, lambda texts: {"inputs": {"source_sentence": "s", "sentences": texts}}, "inputs.sentences"),
     (api.tei.TokenizeRequest, lambda texts: {"inputs": texts}, "inputs"),
     (api.cohere.EmbedRequest, lambda texts: {"texts": texts}, "texts"),
+    (api.cohere.RerankRequest, lambda texts: {"query": "q", "documents": texts}, "documents"),
 ]
 
 

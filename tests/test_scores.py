@@ -124,6 +124,42 @@ def test_rerank_orders_documents_by_relevance(cross_encoder):
     check_timing_headers(requests.post(f"{url}/v1/rerank", json={"query": QUERY, "documents": DOCUMENTS}, timeout=60))
 
 
+@torch.inference_mode()
+def documents_cut_scores(directory, query: str, documents: list[str], tokens: int) -> np.ndarray:
+    """transformers' cross-encoder scores with each document read in its first ``tokens`` tokens (a BERT pair)."""
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    model = BertForSequenceClassification.from_pretrained(str(directory)).eval()
+    query_ids = tokenizer(query, add_special_tokens=False)["input_ids"]
+    scores = []
+    for document in documents:
+        document_ids = tokenizer(document, add_special_tokens=False)["input_ids"][:tokens]
+        ids = [tokenizer.cls_token_id, *query_ids, tokenizer.sep_token_id, *document_ids, tokenizer.sep_token_id]  # BERT's pair
+        types = [0] * (len(query_ids) + 2) + [1] * (len(document_ids) + 1)
+        scores.append(model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits[0, 0].item())
+    return sigmoid(np.array(scores))
+
+
+def test_cohere_clients_rerank_scores_as_the_cross_encoder_and_reads_max_tokens_per_doc(cross_encoder, cross_encoder_tag):
+    import cohere
+
+    url, directory = cross_encoder
+    client, name = cohere.ClientV2(api_key="unused", base_url=url, timeout=60), cross_encoder_tag.partition(":")[0]
+    whole = client.rerank(model=name, query=QUERY, documents=DOCUMENTS, top_n=3)
+    expected = sigmoid(logits(directory, [QUERY] * len(DOCUMENTS), DOCUMENTS)[:, 0])
+    assert [result.index for result in whole.results] == list(np.argsort(-expected, kind="stable")[:3])
+    assert np.allclose([result.relevance_score for result in whole.results], expected[[r.index for r in whole.results]], atol=1e-5)
+    assert whole.meta.billed_units.search_units == 1 and whole.id
+    cut = client.rerank(model=name, query=QUERY, documents=DOCUMENTS, max_tokens_per_doc=3)
+    expected_cut = documents_cut_scores(directory, QUERY, DOCUMENTS, 3)
+    assert np.abs(expected_cut - expected).max() > 5e-5  # the cut matters here, past the tolerance below (random weights)
+    assert np.allclose([result.relevance_score for result in cut.results], expected_cut[[r.index for r in cut.results]], atol=1e-5)
+    with pytest.raises(cohere.core.ApiError) as refused:
+        client.rerank(model=name, query=QUERY, documents=DOCUMENTS, relevant_spans={"mode": "enabled"})
+    assert refused.value.status_code == 422 and "relevant_spans" in refused.value.body["message"]
+    rank_fields = requests.post(f"{url}/v2/rerank", json={"query": QUERY, "documents": DOCUMENTS, "rank_fields": ["text"]}, timeout=60)
+    assert rank_fields.status_code == 422 and "rank_fields" in rank_fields.json()["message"], rank_fields.text
+
+
 @pytest.mark.parametrize(
     "body, status, param",
     [

@@ -168,6 +168,27 @@ def test_huggingface_hubs_inference_client_unchanged(url, monkeypatch):
     assert best.label == ok(post(url, "/predict", {"inputs": "I like you", "model": "sst2-test"}))[0]["label"]
 
 
+def test_tei_health_and_decode(url, classifier_dir):
+    from transformers import AutoTokenizer
+
+    from models.store import default_model_dir
+
+    health = requests.get(f"{url}/health", timeout=30)
+    assert health.status_code == 200 and health.content == b""
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
+    ids = [tokenizer("Déjà vu, the quick fox!")["input_ids"], tokenizer("ok")["input_ids"]]
+    assert ok(post(url, "/decode", {"ids": ids})) == [tokenizer.decode(one, skip_special_tokens=True) for one in ids]
+    kept = ok(post(url, "/decode", {"ids": ids[0], "skip_special_tokens": False}))
+    assert kept == [tokenizer.decode(ids[0])] and kept[0].startswith("[CLS]")
+    sst2 = AutoTokenizer.from_pretrained(str(classifier_dir))  # the model named decodes, with its own tokenizer
+    assert ok(post(url, "/decode", {"ids": ids[1], "model": "sst2-test"})) == [sst2.decode(ids[1], skip_special_tokens=True)]
+    outside = post(url, "/decode", {"ids": [ids[1], [101, len(tokenizer), 102]]})
+    assert outside.status_code == 422 and outside.json()["error_type"] == "Validation", outside.text
+    assert outside.json()["error"].startswith(f"ids.1.1: token id {len(tokenizer)} is not in the model's vocabulary")
+    negative = post(url, "/decode", {"ids": [-1]})
+    assert negative.status_code == 422 and "ids.0.0" in negative.json()["error"], negative.text
+
+
 def test_each_models_batches_carry_its_name(url):
     post(url, "/v1/rerank", {"query": "q", "documents": ["a"]})
     text = requests.get(f"{url}/metrics", timeout=30).text

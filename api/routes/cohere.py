@@ -1,8 +1,9 @@
-"""Cohere's v2 embed (its types: ``api/cohere.py``; errors in Cohere's shape on its path: ``api/errors.py``),
-for Cohere's own client, and the rerank shape Cohere's and Jina's APIs share."""
+"""Cohere's v2 embed and rerank (their types: ``api/cohere.py``; errors in Cohere's shape on their paths:
+``api/errors.py``), for Cohere's own client, and the v1 rerank shape Cohere's and Jina's APIs share."""
 
 from __future__ import annotations
 
+import math
 import uuid
 
 import numpy as np
@@ -68,6 +69,22 @@ async def rerank(request: RerankRequest, pipeline: Pipeline = ThePipeline) -> Re
         for i in best_first(relevance)[: request.top_n]
     ]
     return pipeline.timed({"model": model.name, "results": results, "usage": usage(timing.tokens)}, timing)
+
+
+@router.post("/v2/rerank", response_model=cohere.RerankResponse, responses=COHERE_ERROR_RESPONSES)
+async def rerank_v2(request: cohere.RerankRequest, pipeline: Pipeline = ThePipeline) -> Response:
+    """``/v1/rerank``'s scores in Cohere v2's shape; each document read in at most ``max_tokens_per_doc`` of its tokens."""
+    model = pipeline.models.pick(request.model, "rerank")
+    if request.relevant_spans is not None and request.relevant_spans.mode == "enabled":
+        message = "relevant spans are not computed here: each document is scored whole (leave relevant_spans out, or mode 'disabled')"
+        raise APIError(422, "invalid_request", message, "relevant_spans")
+    relevance, timing = await pipeline.relevance(
+        model, request.query, request.documents, "documents", document_tokens=request.max_tokens_per_doc
+    )
+    results = [{"index": i, "relevance_score": relevance[i]} for i in best_first(relevance)[: request.top_n]]
+    # Cohere bills a search unit per query with up to 100 documents.
+    meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": math.ceil(len(request.documents) / 100)}}
+    return pipeline.timed({"id": str(uuid.uuid4()), "results": results, "meta": meta}, timing)
 
 
 def role_prompt(spec: ModelSpec, input_type: str | None) -> str:

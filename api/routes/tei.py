@@ -6,6 +6,7 @@ TEI's shape on these paths (``api/errors.py``).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import bentoml
@@ -21,6 +22,7 @@ from serving.settings import settings
 
 from .. import tei
 from ..errors import TEI_ERROR_RESPONSES
+from ..flow import unhealthy
 from ..limits import check_answer_size
 from ..options import prompt_for
 from ..pipeline import Pipeline, ThePipeline
@@ -138,6 +140,22 @@ async def tokenize(request: tei.TokenizeRequest, pipeline: Pipeline = ThePipelin
     texts = [prompt_for(model.spec, request.prompt_name, None) + text for text in request.inputs]
     listed = await pipeline.tokens(model, texts, request.add_special_tokens, "inputs")
     return json_response([[token.__dict__ for token in tokens] for tokens in listed])
+
+
+@router.post("/decode", response_model=list[str], responses=TEI_ERROR_RESPONSES)
+async def decode(request: tei.DecodeRequest, pipeline: Pipeline = ThePipeline) -> Response:
+    """Each list of token ids back to text, by the model's tokenizer (special tokens left out unless ``skip_special_tokens`` is false)."""
+    model = pipeline.models.named(request.model)
+    return json_response(await pipeline.decode(model, request.ids, request.skip_special_tokens, "ids"))
+
+
+@router.get("/health", responses={200: {"description": "every served model's Encoder answers"}, **TEI_ERROR_RESPONSES})
+async def health(pipeline: Pipeline = ThePipeline) -> Response:
+    """TEI's health check: 200 (empty) while every served model's Encoder answers, else 503 naming those that do not."""
+    answering = await asyncio.gather(*(model.answers() for model in pipeline.models))
+    if silent := [model.name for model, answers in zip(pipeline.models, answering) if not answers]:
+        raise unhealthy(silent)
+    return Response(status_code=200)
 
 
 @router.get("/info", response_model=tei.Info, responses=TEI_ERROR_RESPONSES)
