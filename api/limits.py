@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from models.tokenization import Encoded, TextInput
+from models.tokenization import Encoded, TextInput, TokenIds
 
 from .errors import APIError
 
@@ -27,7 +27,7 @@ def check_sizes(texts: Sequence[TextInput], param: str, max_inputs: int, max_cha
     or for an input over ``max_chars`` characters. With ``query_param``, the first text is the query
     beside the list ``param`` names: not counted, and named by ``query_param`` when too long."""
     check_count(len(texts) - (query_param is not None), param, max_inputs)
-    sizes = [len(text) if isinstance(text, str) else sum(map(len, text)) for text in texts]
+    sizes = [sum(map(len, text)) if isinstance(text, tuple) and not isinstance(text, TokenIds) else len(text) for text in texts]
     longest = max(range(len(texts)), key=sizes.__getitem__)
     if sizes[longest] > max_chars:
         where, name = input_named(longest, param, query_param)

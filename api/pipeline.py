@@ -18,7 +18,7 @@ from starlette.responses import Response
 from models.inference import Pass
 from models.postprocess import matryoshka_prefix, maxsim, ranked_labels, scores, token_vectors
 from models.tasks import task_of
-from models.tokenization import Encoded, PairsCut, QueryAndDocuments, Side, TextInput, Token, TooManyTokens
+from models.tokenization import Encoded, PairsCut, QueryAndDocuments, Side, TextInput, Token, TokenIds, TooManyTokens
 from serving.settings import settings
 from serving.telemetry import Timing, telemetry
 from serving.wire import ids_to_wire, rows_from_wire
@@ -42,6 +42,43 @@ async def tokenize(tokenizer: Any, texts: list[TextInput], chars: int, truncatio
     if chars <= INLINE_CHARS:
         return tokenizer.encode(texts, truncation_direction, max_tokens)
     return await asyncio.to_thread(tokenizer.encode, texts, truncation_direction, max_tokens)
+
+
+# Where token ids not of the model's own vocabulary come from, and what to do instead.
+FOREIGN_IDS = (
+    "token ids are read in this model's own vocabulary, as /tokenize lists them; ids of another tokenizer (tiktoken's, "
+    "as LangChain's OpenAIEmbeddings sends at its defaults) cannot be: send the text instead "
+    "(OpenAIEmbeddings(check_embedding_ctx_length=False))"
+)
+
+
+def own_token_ids(model: ServedModel, inputs: list[str | list[int]], param: str, prompt: str) -> list[str | TokenIds]:
+    """The inputs, each list of token ids checked as the model's own and made ``TokenIds``: every id in its
+    vocabulary, framed as its tokenizer frames every text (BERT's ``[CLS] … [SEP]``: ids of another
+    tokenizer, which can fall inside a vocabulary, almost never are), within its limit, and no prompt to put
+    before them (422, or 413 past the limit, naming the input)."""
+    tokenizer = model.tokenizer
+    vocabulary, (prefix, suffix) = tokenizer.vocabulary_size, tokenizer.framing
+    checked: list[str | TokenIds] = []
+    for i, one in enumerate(inputs):
+        if isinstance(one, str):
+            checked.append(one)
+            continue
+        where = f"{param}.{i}"
+        if prompt:
+            message = f"token ids are read as they are, with no prompt before them; this request's is {prompt!r} (send text instead)"
+            raise APIError(422, "invalid_request", f"{where}: {message}", where)
+        if one and (largest := max(one)) >= vocabulary:
+            message = f"token id {largest} is not in the model's vocabulary (ids 0 to {vocabulary - 1}); {FOREIGN_IDS}"
+            raise APIError(422, "invalid_request", f"{where}.{one.index(largest)}: {message}", f"{where}.{one.index(largest)}")
+        if len(one) < len(prefix) + len(suffix) or tuple(one[: len(prefix)]) != prefix or tuple(one[len(one) - len(suffix) :]) != suffix:
+            framing = f"begin with {list(prefix)} and end with {list(suffix)}, as the model's tokenizer frames every text"
+            raise APIError(422, "invalid_request", f"{where}: token ids must {framing}; {FOREIGN_IDS}", where)
+        if len(one) > tokenizer.max_length:
+            message = f"{len(one)} token ids; the model reads at most {tokenizer.max_length} and token ids are not cut"
+            raise APIError(413, "input_too_long", f"{where}: {message}", where)
+        checked.append(TokenIds(one))
+    return checked
 
 
 def refuse_non_finite(model: ServedModel, rows: list[np.ndarray], param: str, query_param: str | None = None) -> None:
@@ -116,7 +153,9 @@ class Pipeline:
         """Sentence embeddings of ``texts`` with ``prompt`` before each, cut to ``dimensions`` (with ``query_param``,
         the first text is a query beside the list: ``run``)."""
         check_dimensions(model.spec, dimensions)
-        texts = [prompt + text for text in texts]
+        if any(isinstance(text, list) for text in texts):
+            texts = own_token_ids(model, texts, param, prompt)
+        texts = [text if isinstance(text, TokenIds) else prompt + text for text in texts]
         _, vectors, timing = await self.run(model, texts, truncate, param, truncation_direction, max_tokens, query_param=query_param)
         return [matryoshka_prefix(vector, dimensions, model.spec.normalize) for vector in vectors], timing
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import numpy as np
-from annotated_types import MaxLen
 from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, RootModel
 
 from models.postprocess import best_first, l2_normalize
@@ -26,7 +25,7 @@ from models.tokenization import TextInput
 from serving.settings import settings
 
 from .limits import check_count
-from .types import InputType, Request, Text, TextList, Texts, Unicode, as_list, counted, refuse_undecodable
+from .types import InputType, Request, Text, TextList, Texts, TextsOrIds, TokenIdList, Unicode, as_list, counted, refuse_undecodable
 
 
 def _lower(value: object) -> object:
@@ -75,9 +74,9 @@ class TEIRequest(Request):
 
 
 class EmbedRequest(TEIRequest):
-    """``POST /embed``."""
+    """``POST /embed``: texts, or token ids in the model's own vocabulary (TEI's ``inputs`` takes both)."""
 
-    inputs: Texts
+    inputs: TextsOrIds
     truncate: Truncate = None
     truncation_direction: Direction = "right"
     prompt_name: Unicode | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
@@ -180,15 +179,11 @@ def one_or_many_ids(value: object) -> object:
     return [value] if isinstance(value, list) and not any(isinstance(item, list) for item in value) else value
 
 
-# One text's ids: each within the whole request's bound (all of them together: ``Pipeline.decode``).
-TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], MaxLen(settings.max_tokenize_tokens)]
-
-
 class DecodeRequest(TEIRequest):
     """``POST /decode``: token ids back to text."""
 
     # Wrapped before counted (validators before the type run last-declared first): one long list is one input.
-    ids: Annotated[list[TokenIds], counted(), BeforeValidator(one_or_many_ids, json_schema_input_type=TokenIds | list[TokenIds])]
+    ids: Annotated[list[TokenIdList], counted(), BeforeValidator(one_or_many_ids, json_schema_input_type=TokenIdList | list[TokenIdList])]
     skip_special_tokens: bool = True
 
 

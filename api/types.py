@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StringConstraints, ValidationInfo
+from annotated_types import MaxLen
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, StrictInt, StringConstraints, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from serving.settings import settings
@@ -63,6 +64,44 @@ def as_list(value: object) -> object:
 TextList = Annotated[list[Text], counted(), Field(min_length=1)]
 # One text or a non-empty list of texts, always a list once validated; errors name the item.
 Texts = Annotated[list[Text], BeforeValidator(as_list, json_schema_input_type=str | list[str]), counted(), Field(min_length=1)]
+# One input's token ids in the model's own vocabulary (the request's whole bound: ``max_tokenize_tokens``).
+TokenIdList = Annotated[list[Annotated[StrictInt, Field(ge=0)]], MaxLen(settings.max_tokenize_tokens)]
+
+
+def one_or_many(value: object) -> object:
+    """A text or one list of token ids: a list of one input."""
+    if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(item, int) for item in value)):
+        return [value]
+    return value
+
+
+def _text_or_ids(value: object) -> str | list[int]:
+    """One input: a text (as ``Text`` checks it), or a list of token ids (integers ≥ 0, at most
+    ``max_tokenize_tokens``); an error names the input, and the id at fault."""
+    if isinstance(value, str) and value:
+        return refuse_undecodable(value)
+    if isinstance(value, list):
+        if len(value) > settings.max_tokenize_tokens:
+            raise PydanticCustomError(
+                "too_long", "{count} token ids; at most {limit}", {"count": len(value), "limit": settings.max_tokenize_tokens}
+            )
+        wrong = next((j for j, id_ in enumerate(value) if type(id_) is not int or id_ < 0), None)
+        if wrong is not None:
+            raise PydanticCustomError(
+                "token_id", "token id {at} is {value}: token ids are integers ≥ 0", {"at": wrong, "value": repr(value[wrong])}
+            )
+        return value
+    raise PydanticCustomError("text_or_ids", "an input is a non-empty text or a list of token ids")
+
+
+TextOrIds = Annotated[str | list[int], PlainValidator(_text_or_ids, json_schema_input_type=Text | TokenIdList)]
+# As ``Texts``, or token ids: one list of them, or a list of inputs each a text or a list of ids (OpenAI's and TEI's inputs).
+TextsOrIds = Annotated[
+    list[TextOrIds],
+    counted(),
+    BeforeValidator(one_or_many, json_schema_input_type=str | list[str] | TokenIdList | list[str | TokenIdList]),
+    Field(min_length=1),
+]
 
 
 def _text_or_pair(value: object) -> str | tuple[str, str]:
@@ -134,9 +173,9 @@ class ClassifyResponse(BaseModel):
 
 
 class EmbeddingsRequest(Request):
-    """``POST /v1/embeddings`` in OpenAI's shape (token-id inputs are not supported)."""
+    """``POST /v1/embeddings`` in OpenAI's shape: texts, or token ids in the model's own vocabulary."""
 
-    input: Texts
+    input: TextsOrIds
     model: Unicode | None = None
     encoding_format: EmbeddingType = Field(
         "float", description="float; base64 of little-endian float32; int8 or uint8 on the model's ranges; binary or ubinary: packed signs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -14,8 +14,13 @@ from tokenizers import Encoding, Tokenizer
 from .batching import unattended, with_segments
 from .spec import ModelSpec
 
-# One text, or a pair (query, passage) tokenized together as a cross-encoder reads it.
-TextInput = str | tuple[str, str]
+
+class TokenIds(tuple):
+    """An input given as token ids in the model's own vocabulary: read as they are, not tokenized."""
+
+
+# One text, or a pair (query, passage) tokenized together as a cross-encoder reads it, or token ids.
+TextInput = str | tuple[str, str] | TokenIds
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,13 @@ class TextTokenizer:
 
     def encode(self, texts: Sequence[TextInput], cut: Literal["right", "left"] = "right", max_tokens: int | None = None) -> list[Encoded]:
         """Texts and pairs alike; a pair is truncated longest text first, as transformers does.
-        ``max_tokens`` below the model's limit cuts single texts shorter (special tokens included)."""
+        ``max_tokens`` below the model's limit cuts single texts shorter (special tokens included).
+        ``TokenIds`` are taken as they are (the caller has checked them)."""
+        if given := {i: Encoded(np.asarray(one, dtype=np.int32), False) for i, one in enumerate(texts) if isinstance(one, TokenIds)}:
+            tokenized = iter(self.encode([one for one in texts if not isinstance(one, TokenIds)], cut, max_tokens))
+            return [given[i] if i in given else next(tokenized) for i in range(len(texts))]
+        if not texts:
+            return []
         if max_tokens is not None and max_tokens < self.max_length:
             return self.encode_shorter(texts, cut, max_tokens)
         encoded = []
@@ -105,6 +116,14 @@ class TextTokenizer:
             encoding.truncate(room, direction=cut)
             encoded.append(Encoded(np.asarray(backend.post_process(encoding).ids, dtype=np.int32), truncated))
         return encoded
+
+    @cached_property
+    def framing(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The special token ids the tokenizer puts before and after every single text (BERT's ``[CLS]`` and ``[SEP]``)."""
+        content = self._backend.encode("a", add_special_tokens=False).ids
+        framed = self._backend.encode("a").ids
+        start = next(i for i in range(len(framed)) if framed[i : i + len(content)] == content)
+        return tuple(framed[:start]), tuple(framed[start + len(content) :])
 
     @property
     def vocabulary_size(self) -> int:

@@ -59,7 +59,7 @@ def request_models(base: type = Request) -> list[type]:
 REQUEST_MODELS = request_models()
 # Validators that read the raw value themselves: each checks its strings (and counts a batch) by hand,
 # as test_every_route_refuses_undecodable_text_naming_the_field and test_a_list_too_long_... try.
-CHECKED_BY_HAND = {"_text_or_pair", "_predict_inputs"}
+CHECKED_BY_HAND = {"_text_or_pair", "_predict_inputs", "_text_or_ids"}
 
 
 def unchecked(annotation, around=(), where="") -> list[str]:
