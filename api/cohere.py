@@ -4,7 +4,7 @@ their error shape, ``{"id", "message"}``.
 
 Differences, each on purpose: texts only (``images`` and ``inputs`` are refused, 422 naming them);
 ``model`` may be left out (the first embedder served); ``input_type`` picks the model's
-sentence-transformers prompt for that role (``PROMPT_NAMES``), the model's default prompt where it
+sentence-transformers prompt for that role (``api.options.ROLE_PROMPTS``), the model's default prompt where it
 has none; ``max_tokens`` past the model's limit means the limit, and one that leaves no room beside
 the special tokens is refused (400); ``int8`` and
 ``uint8`` are computed on ranges measured at import (``models.calibration``), so a model imported
@@ -23,13 +23,6 @@ from pydantic import BaseModel, Field
 from .types import EmbeddingType, Request, Text, TextList, Unicode
 
 InputType = Literal["search_document", "search_query", "classification", "clustering"]
-# The sentence-transformers prompt names each Cohere input type maps to, the first the model has.
-PROMPT_NAMES: dict[str, tuple[str, ...]] = {
-    "search_query": ("search_query", "query"),
-    "search_document": ("search_document", "document", "passage", "corpus"),
-    "classification": ("classification",),
-    "clustering": ("clustering",),
-}
 
 
 class EmbedRequest(Request):

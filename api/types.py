@@ -184,9 +184,18 @@ class EmbeddingsRequest(Request):
         None, description="fewer than the model's: the first ones, unit length again (Matryoshka models)"
     )
     user: Unicode | None = None
-    truncate: bool = Field(True, description="cut texts longer than the model's limit (else 413)")
+    truncate: bool | Literal["NONE", "START", "END"] = Field(
+        True, description="cut texts longer than the model's limit (else 413); NVIDIA NIM's NONE (413), START (cut its start), END"
+    )
     prompt_name: Unicode | None = Field(None, description="one of the model's sentence-transformers prompts, put before every input")
     prompt: Unicode | None = Field(None, description="a text put before every input (instead of the model's default prompt)")
+    input_type: Literal["query", "passage", "search_query", "search_document", "classification", "clustering"] | None = Field(
+        None, description="NVIDIA NIM's (query, passage) and Cohere's roles: the model's prompt for the role, else its default"
+    )
+    task: Unicode | None = Field(None, description="Jina's: the name of one of the model's prompts (jina-embeddings-v3 names them by task)")
+    embedding_type: EmbeddingType | None = Field(None, description="Jina's name for encoding_format")
+    normalized: bool | None = Field(None, description="Jina's: unit-length vectors when true; the model's own output otherwise")
+    late_chunking: bool = Field(False, description="Jina's: refused when true (each input is embedded on its own)")
 
 
 class Embedding(BaseModel):

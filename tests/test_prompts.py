@@ -1,5 +1,6 @@
-"""Embedding options beside OpenAI's: sentence-transformers prompts (named, free, the model's default)
-and Matryoshka ``dimensions``, through plain HTTP and the official openai client (``extra_body``)."""
+"""Embedding options beside OpenAI's: sentence-transformers prompts (named, free, the model's default, by
+role as NVIDIA NIM's ``input_type``, by Jina's ``task``), NIM's and Jina's other fields, and Matryoshka
+``dimensions``, through plain HTTP and the official openai client (``extra_body``)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ TEXTS = ["how do I reset my password", "ok"]
 
 @pytest.fixture(scope="module")
 def prompted(tmp_path_factory, logs):
-    """The embedded MiniLM with prompts and a default prompt in its sentence-transformers config."""
+    """The embedded MiniLM with prompts and a default prompt in its sentence-transformers config, and
+    without its Normalize module (its vectors are not unit length)."""
     directory = tmp_path_factory.mktemp("prompted") / "model"
     shutil.copytree(default_model_dir(), directory)
     (directory / "config_sentence_transformers.json").write_text(json.dumps({"prompts": PROMPTS, "default_prompt_name": "query"}))
+    modules = json.loads((directory / "modules.json").read_text())
+    (directory / "modules.json").write_text(json.dumps([m for m in modules if not m["type"].endswith("Normalize")]))
     result = run_import("--path", str(directory), "--name", "prompted")
     assert result.returncode == 0, result.stderr
     with running(result.stdout.strip(), logs, "prompted", TEXTBENTO_BACKEND="onnx") as server:
@@ -58,12 +62,43 @@ def test_the_default_prompt_applies_and_can_be_replaced(prompted):
 
 @pytest.mark.parametrize(
     "options, param, words",
-    [({"prompt_name": "title"}, "prompt_name", "passage, query"), ({"prompt_name": "query", "prompt": "x"}, "prompt", "not both")],
+    [
+        ({"prompt_name": "title"}, "prompt_name", "passage, query"),
+        ({"prompt_name": "query", "prompt": "x"}, "prompt", "not several"),
+        ({"input_type": "query", "prompt_name": "query"}, "prompt_name", "not several"),
+        ({"task": "retrieval.query"}, "task", "passage, query"),
+        ({"encoding_format": "float", "embedding_type": "base64"}, "embedding_type", "differ"),
+    ],
 )
 def test_bad_prompt_options_are_named(prompted, options, param, words):
     prompted_url, _ = prompted
     response = requests.post(f"{prompted_url}/v1/embeddings", json={"input": "x", **options}, timeout=30)
     assert response.status_code == 400 and response.json()["error"]["param"] == param and words in response.text
+
+
+def test_nim_and_jina_fields_map_onto_prompts_truncation_formats_and_normalization(prompted):
+    prompted_url, _ = prompted
+    for role, name in (("query", "query"), ("passage", "passage"), ("search_document", "passage")):
+        assert np.allclose(embed(prompted_url, TEXTS, input_type=role), embed(prompted_url, TEXTS, prompt_name=name), atol=1e-6)
+        assert np.allclose(embed(prompted_url, TEXTS, task=name), embed(prompted_url, TEXTS, prompt_name=name), atol=1e-6)
+    long = "a " * 100 + "b " * 300  # past MiniLM's 256 tokens: which side is cut shows
+    end, start = embed(prompted_url, [long], truncate="END"), embed(prompted_url, [long], truncate="START")
+    assert np.allclose(end, embed(prompted_url, [long]), atol=1e-6) and not np.allclose(start, end, atol=1e-3)
+    left = requests.post(
+        f"{prompted_url}/embed", json={"inputs": long, "truncation_direction": "left", "normalize": False}, timeout=60
+    )
+    assert np.allclose(start, left.json(), atol=1e-5)
+    refused = requests.post(f"{prompted_url}/v1/embeddings", json={"input": long, "truncate": "NONE"}, timeout=60)
+    assert refused.status_code == 413 and refused.json()["error"]["param"] == "input.0"
+    own, unit = embed(prompted_url, TEXTS), embed(prompted_url, TEXTS, normalized=True)
+    assert not np.allclose(np.linalg.norm(own, axis=1), 1, atol=1e-3) and np.allclose(
+        unit, own / np.linalg.norm(own, axis=1)[:, None], atol=1e-6
+    )
+    as_jina = requests.post(f"{prompted_url}/v1/embeddings", json={"input": TEXTS, "embedding_type": "base64"}, timeout=60).json()
+    as_openai = requests.post(f"{prompted_url}/v1/embeddings", json={"input": TEXTS, "encoding_format": "base64"}, timeout=60).json()
+    assert as_jina["data"] == as_openai["data"]
+    chunked = requests.post(f"{prompted_url}/v1/embeddings", json={"input": TEXTS, "late_chunking": True}, timeout=60)
+    assert chunked.status_code == 422 and chunked.json()["error"]["param"] == "late_chunking"
 
 
 def test_prompt_name_on_a_model_without_prompts(embed_url):

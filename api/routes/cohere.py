@@ -11,12 +11,11 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from models.postprocess import best_first
-from models.spec import ModelSpec
 
 from .. import cohere
 from ..compact import by_type, refuse_unservable
 from ..errors import COHERE_ERROR_RESPONSES, ERROR_RESPONSES, APIError
-from ..options import prompt_for
+from ..options import role_prompt
 from ..pipeline import Pipeline, ThePipeline
 from ..responses import usage
 from ..types import RerankRequest, RerankResponse
@@ -85,9 +84,3 @@ async def rerank_v2(request: cohere.RerankRequest, pipeline: Pipeline = ThePipel
     # Cohere bills a search unit per query with up to 100 documents.
     meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": math.ceil(len(request.documents) / 100)}}
     return pipeline.timed({"id": str(uuid.uuid4()), "results": results, "meta": meta}, timing)
-
-
-def role_prompt(spec: ModelSpec, input_type: str | None) -> str:
-    """The model's prompt for the texts' role: the first of ``PROMPT_NAMES`` it has, else its default prompt."""
-    name = next((name for name in cohere.PROMPT_NAMES.get(input_type or "", ()) if name in spec.prompts), None)
-    return prompt_for(spec, name, None)

@@ -9,12 +9,13 @@ import numpy as np
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from models.postprocess import l2_normalize
 from models.tasks import task_of
 
 from ..catalog import ServedModel
 from ..compact import by_type, refuse_unservable
-from ..errors import ERROR_RESPONSES
-from ..options import prompt_for
+from ..errors import ERROR_RESPONSES, APIError
+from ..options import request_prompt
 from ..pipeline import Pipeline, ThePipeline
 from ..types import EmbeddingsRequest, EmbeddingsResponse, ModelCard, ModelList
 
@@ -23,14 +24,38 @@ router = APIRouter()
 
 @router.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERROR_RESPONSES)
 async def embeddings(request: EmbeddingsRequest, pipeline: Pipeline = ThePipeline) -> Response:
+    """OpenAI's fields, and NVIDIA NIM's and Jina's where they map onto them (``docs/api.md``)."""
     model = pipeline.models.pick(request.model, "embed")
-    refuse_unservable(model, [request.encoding_format], request.dimensions, "encoding_format", "dimensions")
-    prompt = prompt_for(model.spec, request.prompt_name, request.prompt)
-    vectors, timing = await pipeline.embed(
-        model, request.input, "input", prompt=prompt, truncate=request.truncate, dimensions=request.dimensions
+    encoding = encoding_of(request)
+    refuse_unservable(
+        model, [encoding], request.dimensions, "embedding_type" if request.embedding_type else "encoding_format", "dimensions"
     )
-    rows = by_type(np.stack(vectors), request.encoding_format, model.ranges)
+    if request.late_chunking:
+        raise APIError(422, "invalid_request", "late chunking is not done here: each input is embedded on its own", "late_chunking")
+    asked = {"prompt": request.prompt, "prompt_name": request.prompt_name, "input_type": request.input_type, "task": request.task}
+    vectors, timing = await pipeline.embed(
+        model,
+        request.input,
+        "input",
+        prompt=request_prompt(model.spec, **asked),
+        truncate=request.truncate not in (False, "NONE"),
+        dimensions=request.dimensions,
+        truncation_direction="left" if request.truncate == "START" else "right",
+    )
+    if request.normalized:
+        vectors = [l2_normalize(vector) for vector in vectors]
+    rows = by_type(np.stack(vectors), encoding, model.ranges)
     return pipeline.answer(model, [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)], timing)
+
+
+def encoding_of(request: EmbeddingsRequest) -> str:
+    """``encoding_format``, or Jina's ``embedding_type`` (400 when both are sent and differ)."""
+    if request.embedding_type is None:
+        return request.encoding_format
+    if "encoding_format" in request.model_fields_set and request.encoding_format != request.embedding_type:
+        message = f"encoding_format {request.encoding_format!r} and embedding_type {request.embedding_type!r} differ: send one"
+        raise APIError(400, "invalid_request", message, "embedding_type")
+    return request.embedding_type
 
 
 @router.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
