@@ -84,9 +84,7 @@ def test_nim_and_jina_fields_map_onto_prompts_truncation_formats_and_normalizati
     long = "a " * 100 + "b " * 300  # past MiniLM's 256 tokens: which side is cut shows
     end, start = embed(prompted_url, [long], truncate="END"), embed(prompted_url, [long], truncate="START")
     assert np.allclose(end, embed(prompted_url, [long]), atol=1e-6) and not np.allclose(start, end, atol=1e-3)
-    left = requests.post(
-        f"{prompted_url}/embed", json={"inputs": long, "truncation_direction": "left", "normalize": False}, timeout=60
-    )
+    left = requests.post(f"{prompted_url}/embed", json={"inputs": long, "truncation_direction": "left", "normalize": False}, timeout=60)
     assert np.allclose(start, left.json(), atol=1e-5)
     refused = requests.post(f"{prompted_url}/v1/embeddings", json={"input": long, "truncate": "NONE"}, timeout=60)
     assert refused.status_code == 413 and refused.json()["error"]["param"] == "input.0"
