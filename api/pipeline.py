@@ -183,6 +183,22 @@ class Pipeline:
             return [maxsim(queried, document) for document in found], timing
         pairs = [(query, document) for document in documents]
         tokenizer = None if document_tokens is None else PairsCut(model.tokenizer, document_tokens)
+        return await self.pair_scores(
+            model, pairs, param, truncate=truncate, raw=raw, truncation_direction=truncation_direction, tokenizer=tokenizer
+        )
+
+    async def pair_scores(
+        self,
+        model: ServedModel,
+        pairs: list[tuple[str, str]],
+        param: str,
+        *,
+        truncate: bool = True,
+        raw: bool = False,
+        truncation_direction: str = "right",
+        tokenizer: Any = None,
+    ) -> tuple[list[float], Timing]:
+        """A cross-encoder's score of each pair (its logit when ``raw``), each pair read together."""
         _, logits, timing = await self.run(model, pairs, truncate, param, truncation_direction, tokenizer=tokenizer)
         return [float(row[0] if raw else scores(row, model.spec.activation)[0]) for row in logits], timing
 

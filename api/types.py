@@ -342,3 +342,27 @@ class SentimentRequest(Request):
 class SentimentResponse(BaseModel):
     label: str
     confidence: float
+
+
+class ScoreRequest(Request):
+    """``POST /score`` (and ``/v1/score``) in vLLM's shape: ``text_1`` against each of ``text_2``, or pair by pair."""
+
+    model: Unicode | None = None
+    text_1: Texts
+    text_2: Texts
+    truncate_prompt_tokens: None = Field(None, description="vLLM's; refused when set: pairs are cut to the model's limit")
+
+
+class Score(BaseModel):
+    index: int
+    object: Literal["score"] = "score"
+    score: float
+
+
+class ScoreResponse(BaseModel):
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[Score]
+    usage: Usage

@@ -216,6 +216,10 @@ def test_served_token_vectors_and_rerank_are_pylates(served, colbert_tag, refere
     tei = post(served, "/rerank", {"query": QUERIES[0], "texts": DOCUMENTS, "return_text": True}).json()
     assert [(r["index"], r["text"]) for r in tei] == [(r["index"], DOCUMENTS[r["index"]]) for r in rerank[0]["results"]]
     assert np.allclose([r["score"] for r in tei], [r["relevance_score"] for r in rerank[0]["results"]], atol=1e-6)
+    scored = post(served, "/score", {"text_1": QUERIES[0], "text_2": DOCUMENTS}).json()  # vLLM's: MaxSim, in request order
+    assert scored["model"] == "colbert" and np.allclose([d["score"] for d in scored["data"]], scores[0], atol=1e-6)
+    two_queries = post(served, "/score", {"text_1": QUERIES[:2], "text_2": DOCUMENTS[:2]})
+    assert two_queries.status_code == 422 and two_queries.json()["error"]["param"] == "text_1"
 
 
 def test_the_json_and_base64_forms_carry_the_same_vectors(served, reference):

@@ -124,6 +124,25 @@ def test_rerank_orders_documents_by_relevance(cross_encoder):
     check_timing_headers(requests.post(f"{url}/v1/rerank", json={"query": QUERY, "documents": DOCUMENTS}, timeout=60))
 
 
+def test_vllms_score_reads_each_pair_as_the_cross_encoder(cross_encoder):
+    url, _ = cross_encoder
+    ranked = post(url, "/v1/rerank", {"query": QUERY, "documents": DOCUMENTS})["results"]
+    by_index = [score for _, score in sorted((r["index"], r["relevance_score"]) for r in ranked)]
+    one_against_many = post(url, "/score", {"text_1": QUERY, "text_2": DOCUMENTS})
+    assert [d["index"] for d in one_against_many["data"]] == list(range(len(DOCUMENTS)))
+    assert (
+        np.allclose([d["score"] for d in one_against_many["data"]], by_index, atol=1e-6) and one_against_many["usage"]["prompt_tokens"] > 0
+    )
+    pairs = [[QUERY, DOCUMENTS[0]], ["ok", DOCUMENTS[1]]]
+    classified = [item["score"] for item in post(url, "/v1/classify", {"inputs": pairs})["data"]]
+    pairwise = post(url, "/v1/score", {"text_1": [QUERY, "ok"], "text_2": DOCUMENTS[:2]})
+    assert np.allclose([d["score"] for d in pairwise["data"]], classified, atol=1e-6)
+    mismatched = requests.post(f"{url}/score", json={"text_1": [QUERY, "ok"], "text_2": DOCUMENTS}, timeout=60)
+    assert mismatched.status_code == 422 and mismatched.json()["error"]["param"] == "text_1", mismatched.text
+    cut = requests.post(f"{url}/score", json={"text_1": QUERY, "text_2": DOCUMENTS, "truncate_prompt_tokens": 8}, timeout=60)
+    assert cut.status_code == 422 and cut.json()["error"]["param"] == "truncate_prompt_tokens", cut.text
+
+
 @torch.inference_mode()
 def documents_cut_scores(directory, query: str, documents: list[str], tokens: int) -> np.ndarray:
     """transformers' cross-encoder scores with each document read in its first ``tokens`` tokens (a BERT pair)."""

@@ -118,3 +118,12 @@ def test_concurrent_load_is_batched_without_errors(embed_url):
     # Measured 4.7-8 requests per call and 5.5-14 texts per batch between runs: half the low end.
     assert 2000 / calls >= 2, f"{2000 / calls:.1f} requests per call"
     assert 2000 / batches >= 3, f"{2000 / batches:.1f} texts per batch"
+
+
+def test_vllms_score_with_an_embedder_is_the_cosine_of_the_two_texts_vectors(embed_url):
+    texts = ["how do I reset my password", "Passwords are reset from the login page.", "Bananas are yellow."]
+    vectors = np.array([item["embedding"] for item in post(embed_url, "/v1/embeddings", {"input": texts}).json()["data"]])
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    answer = post(embed_url, "/score", {"text_1": texts[0], "text_2": texts[1:]}).json()
+    assert answer["object"] == "list" and answer["model"] == "minilm" and [d["object"] for d in answer["data"]] == ["score", "score"]
+    assert np.allclose([d["score"] for d in answer["data"]], unit[1:] @ unit[0], atol=1e-6)
