@@ -38,6 +38,7 @@ HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "*_Pooling/*", "*
 LIBRARIES = ("transformers", "tokenizers", "torch", "bentoml")
 ONNX_LIBRARIES = ("onnxruntime", "onnx", "onnxscript")
 GENERIC_FAST_TOKENIZER = "TokenizersBackend"  # transformers 5's name for a tokenizer.json without a class of its own
+# Any one of them: a tokenizer without tokenizer.json is converted to a fast one (check_conversion).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 
 
@@ -50,6 +51,31 @@ def load_tokenizer(model_dir: Path) -> Any:
     if config.is_file() and json.loads(config.read_text()).get("tokenizer_class") == GENERIC_FAST_TOKENIZER:
         return PreTrainedTokenizerFast.from_pretrained(str(model_dir))
     return AutoTokenizer.from_pretrained(str(model_dir))
+
+
+SENTENCEPIECE_FILES = ("spiece.model", "sentencepiece.bpe.model")  # T5's and XLM-R's names for a sentencepiece model
+
+
+def check_conversion(model_dir: Path, tokenizer: Any) -> None:
+    """A checkpoint that ships only a sentencepiece model (no ``tokenizer.json``, as some T5- and
+    XLM-R-based ones do) is read by the fast tokenizer transformers converts from it, which is what is
+    stored and served; it must cut every probe text into the pieces sentencepiece itself cuts
+    (``UnsupportedModel`` naming the first text it does not)."""
+    model = next((model_dir / name for name in SENTENCEPIECE_FILES if (model_dir / name).is_file()), None)
+    if model is None or (model_dir / "tokenizer.json").is_file():
+        return
+    from sentencepiece import SentencePieceProcessor
+
+    from .selfcheck import PROBE_TEXTS
+
+    reference = SentencePieceProcessor(model_file=str(model))
+    for text in PROBE_TEXTS:
+        if (converted := tokenizer.tokenize(text)) != (expected := reference.encode(text, out_type=str)):
+            raise UnsupportedModel(
+                f"{model_dir} has no tokenizer.json, and the fast tokenizer converted from its {model.name} reads {text!r} "
+                f"as {converted[:12]} where sentencepiece reads {expected[:12]}: add the model's own tokenizer.json"
+            )
+    progress.info("converted %s to a fast tokenizer: the same pieces on %d probe texts", model.name, len(PROBE_TEXTS))
 
 
 def download(model_id: str, revision: str | None = None) -> Path:
@@ -123,6 +149,7 @@ def import_model(
         raise UnsupportedModel(f"{model_dir} has no usable tokenizer: {error}") from None
     if not getattr(tokenizer, "is_fast", False):
         raise UnsupportedModel(f"{model_dir} has no fast (Rust) tokenizer (tokenizer.json)")
+    check_conversion(model_dir, tokenizer)
     spec = detect_spec(
         model_dir,
         config,

@@ -237,3 +237,57 @@ def test_an_unreachable_hub_is_one_clear_error_naming_the_ways_around_it(monkeyp
     with pytest.raises(OSError, match="cannot reach the Hugging Face Hub for org/model") as error:
         download("org/model")
     assert "--path" in str(error.value) and "HF_HUB_OFFLINE=1" in str(error.value)
+
+
+def sentencepiece_only_model(directory):
+    """A tiny XLM-R whose tokenizer is only a sentencepiece model (trained here on the gate texts), as some
+    XLM-R- and T5-based checkpoints ship it: no tokenizer.json."""
+    import io
+
+    import sentencepiece
+    from transformers import AutoTokenizer, XLMRobertaConfig, XLMRobertaModel
+
+    from tests.test_onnx import TEXTS
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(TEXTS), model_writer=model, vocab_size=300, hard_vocab_limit=False, character_coverage=1.0
+    )
+    directory.mkdir(parents=True)
+    (directory / "sentencepiece.bpe.model").write_bytes(model.getvalue())
+    specials = {"bos_token": "<s>", "cls_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
+    config = {"tokenizer_class": "XLMRobertaTokenizer", "mask_token": "<mask>", "model_max_length": 128, **specials}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    size = len(AutoTokenizer.from_pretrained(str(directory)))
+    shape = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 130}
+    XLMRobertaModel(XLMRobertaConfig(vocab_size=size, **shape)).save_pretrained(directory)
+    return directory
+
+
+def test_a_sentencepiece_only_tokenizer_is_converted_at_import_to_the_pieces_sentencepiece_cuts(tmp_path):
+    import sentencepiece
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    from models.selfcheck import PROBE_TEXTS
+
+    source = sentencepiece_only_model(tmp_path / "xlmr")
+    result = run_import("--path", str(source), "--name", "sentencepiece-only", "--no-onnx")
+    assert result.returncode == 0, result.stderr
+    stored = bentoml.models.get(result.stdout.strip()).path
+    reference = sentencepiece.SentencePieceProcessor(model_file=str(source / "sentencepiece.bpe.model"))
+    converted = Tokenizer.from_file(f"{stored}/tokenizer.json")
+    texts = [*PROBE_TEXTS, "two  spaces", " a leading one", "déjà vu"]
+    assert [converted.encode(t, add_special_tokens=False).tokens for t in texts] == [reference.encode(t, out_type=str) for t in texts]
+    served = [e.ids.tolist() for e in TextTokenizer(stored, 128).encode(texts)]
+    assert served == AutoTokenizer.from_pretrained(str(source))(texts, truncation=True, max_length=128)["input_ids"]
+
+
+def test_a_conversion_that_cuts_other_pieces_than_sentencepiece_is_refused_naming_the_text(tmp_path):
+    from models.store import check_conversion
+
+    source = sentencepiece_only_model(tmp_path / "xlmr")
+    with pytest.raises(UnsupportedModel, match=r"reads '\?' as \['▁x'\] where sentencepiece reads"):
+        check_conversion(source, SimpleNamespace(tokenize=lambda text: ["▁x"]))
+    (source / "tokenizer.json").write_text("{}")  # a checkpoint's own fast tokenizer is served as it is
+    check_conversion(source, SimpleNamespace(tokenize=lambda text: ["▁x"]))
