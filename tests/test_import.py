@@ -255,7 +255,8 @@ def sentencepiece_only_model(directory):
     )
     directory.mkdir(parents=True)
     (directory / "sentencepiece.bpe.model").write_bytes(model.getvalue())
-    specials = {"bos_token": "<s>", "cls_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
+    specials = {"bos_token": "<s>", "cls_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "unk_token": "<unk>"}
+    specials["pad_token"] = "<pad>"
     config = {"tokenizer_class": "XLMRobertaTokenizer", "mask_token": "<mask>", "model_max_length": 128, **specials}
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
     size = len(AutoTokenizer.from_pretrained(str(directory)))
