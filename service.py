@@ -52,7 +52,8 @@ class Encoder:
 
     def __init__(self) -> None:
         self.name = self.model.tag.name
-        self.engine = Engine(self.model.path, ModelSpec.of(self.model), settings.backend, settings.runner_threads, settings.token_budget)
+        spec, threads = ModelSpec.of(self.model), settings.runner_threads
+        self.engine = Engine(self.model.path, spec, settings.backend, threads, settings.token_budget, settings.trust_remote_code)
         self.dropped = Dropped(keep_s=settings.backstop_timeout_s)  # texts of requests given up, or overdue
         self.drain = Drain(quiet_s=1.0, longest_s=settings.drain_longest_s)  # on SIGTERM, the last calls answered first
         self.drain.postpone_sigterm()

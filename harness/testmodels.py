@@ -117,3 +117,40 @@ def build_decoder(directory: Path, tokenizer_dir: Path, config, model_class=None
     (model_class or AutoModel).from_config(config).eval().save_pretrained(directory)
     AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(directory)
     return directory
+
+
+CUSTOM_CODE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "rotary_encoder"
+
+
+def build_custom_code_encoder(directory: Path) -> Path:
+    """A sentence embedder whose architecture is code beside its weights (``auto_map``, as nomic-embed,
+    jina-embeddings and gte ship theirs): ``tests/fixtures/rotary_encoder``'s rotary-position encoder,
+    random weights, the embedded model's tokenizer, mean pooling and Normalize."""
+    import json
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for code in ("configuration_rotary.py", "modeling_rotary.py"):
+        shutil.copy(CUSTOM_CODE / code, directory / code)
+    tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir()))
+    auto_map = {"AutoConfig": "configuration_rotary.RotaryEncoderConfig", "AutoModel": "modeling_rotary.RotaryEncoderModel"}
+    config = {"model_type": "rotary-encoder", "architectures": ["RotaryEncoderModel"], "auto_map": auto_map}
+    (directory / "config.json").write_text(json.dumps({**config, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 512}))
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(str(directory), trust_remote_code=True)
+    AutoModel.from_config(config, trust_remote_code=True).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    (directory / "modules.json").write_text(json.dumps(modules))
+    (directory / "1_Pooling").mkdir(exist_ok=True)
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 64, "pooling_mode_mean_tokens": True}))
+    (directory / "2_Normalize").mkdir(exist_ok=True)
+    (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": False}))
+    return directory

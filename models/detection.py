@@ -69,7 +69,8 @@ def check_architecture(config: PretrainedConfig) -> None:
             f"unsupported architecture {architectures} (model_type {config.model_type!r}): an encoder-decoder model; "
             "textbento serves encoder-only (BERT, ...) and decoder-only (Qwen, Llama, ...) models"
         )
-    if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not is_decoder(config):
+    # Custom code (``auto_map``) is loaded only where the import was told to trust it (``custom_code``).
+    if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not is_decoder(config) and not getattr(config, "auto_map", None):
         raise UnsupportedModel(
             f"unsupported architecture {architectures} (model_type {config.model_type!r}): not a text encoder or decoder "
             "textbento knows (it serves models with a masked- or causal-LM architecture in transformers)"
@@ -430,3 +431,18 @@ def read_pad_id(config: PretrainedConfig, reads_pad_id: bool, pad: int | None, e
 def read_colbert_dense(model_dir: Path) -> list[tuple[str, DenseActivation, int]]:
     """A PyLate ColBERT's Dense projections, in order: every module after its Transformer."""
     return [read_dense(model_dir, module.get("path", "")) for module in (_read_json(model_dir / "modules.json") or [])[1:]]
+
+
+def custom_code(model_dir: Path) -> dict[str, str]:
+    """A model whose config names classes in Python files (``auto_map``): each of its files with its SHA-256,
+    and each class it names in another repository (``org/repo--module.Class``, as nomic-embed's config
+    does), which transformers fetches when the code first runs; {} for a model without custom code."""
+    import hashlib
+
+    config = model_dir / "config.json"
+    auto_map = json.loads(config.read_text()).get("auto_map") if config.is_file() else None
+    if not auto_map:
+        return {}
+    named = [name for names in auto_map.values() for name in ([names] if isinstance(names, str) else names) if name]
+    elsewhere = {name: "in another repository: fetched by transformers at import" for name in named if "--" in name}
+    return {**{path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(model_dir.glob("*.py"))}, **elsewhere}

@@ -28,7 +28,9 @@ class Engine:
     """The model in ``model_dir`` on the backend ``backend`` (``auto`` holds its fast graph to fp32 first:
     ``models/selfcheck.py``), ready: warmed up before the first request, as the first passes are the slowest."""
 
-    def __init__(self, model_dir: str | Path, spec: ModelSpec, backend: str, threads: int, token_budget: int) -> None:
+    def __init__(
+        self, model_dir: str | Path, spec: ModelSpec, backend: str, threads: int, token_budget: int, trust_remote_code: bool = False
+    ) -> None:
         if spec.max_length > token_budget:  # a decoder's cap, or one raised with --max-length
             logger.warning(
                 "the model reads up to %d tokens per text, past TEXTBENTO_TOKEN_BUDGET (%d): a text that long runs alone, "
@@ -38,7 +40,7 @@ class Engine:
             )
         self.spec, self.token_budget = spec, token_budget
         self.thread = InferenceThread()
-        self.backend = self.thread.call(load_backend, backend, model_dir, spec, threads)
+        self.backend = self.thread.call(load_backend, backend, model_dir, spec, threads, trust_remote_code)
         # A batch, then lone texts (on a CPU they run on sessions of their own: models/backends/onnx_backend.Streams).
         took_s = [self.timed_pass(texts) for texts in (8, 1, 1, 1)]
         self.short_lone_pass = (

@@ -91,7 +91,9 @@ def traceable_masks() -> Iterator[None]:
         yield
 
 
-def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_file_limit: int = SINGLE_FILE_LIMIT) -> Path:
+def export_fp32(
+    model_dir: str | Path, spec: ModelSpec, target: Path, *, single_file_limit: int = SINGLE_FILE_LIMIT, trust_remote_code: bool = False
+) -> Path:
     """The fp32 ONNX graph of the ``save_pretrained`` model in ``model_dir``, with dynamic batch and sequence.
 
     The TorchScript exporter (``dynamo=False``), with eager attention. It is deprecated in torch
@@ -99,7 +101,9 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_
     side (docs/design.md 5). ONNX Runtime's transformer fusions (fused ``Attention``) made it slower.
     """
     task = task_of(spec)
-    model = task.model_class().from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
+    loader = task.model_class()
+    model = loader.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager", trust_remote_code=trust_remote_code)
+    model = built_by_its_code(model) if trust_remote_code else model.eval()
     model.config.use_cache = False  # a decoder's key/value cache is for generation: not an output here
     # Distinct example tensors, one row padded, so that the mask is really used.
     input_ids = torch.arange(100, 116, dtype=torch.int64).reshape(2, 8)
@@ -130,6 +134,18 @@ def export_fp32(model_dir: str | Path, spec: ModelSpec, target: Path, *, single_
             )
         check_traced(module, traced, spec)
         return save_graph(onnx.load(str(traced)), target, single_file_limit)
+
+
+def built_by_its_code(model: torch.nn.Module) -> torch.nn.Module:
+    """A custom-code model built by its own code (its ``__init__``), with the weights transformers loaded.
+
+    transformers 5 loads a model by building it without memory and then filling in what the checkpoint
+    holds: a non-persistent buffer that code written for transformers 4 computes in ``__init__`` (a rotary
+    frequency table, say) is left uninitialised, and the traced graph would bake in whatever memory held.
+    """
+    built = type(model)(model.config)
+    built.load_state_dict(model.state_dict())
+    return built.eval()
 
 
 class UntraceableModel(RuntimeError):
@@ -173,14 +189,17 @@ def check_traced(module: torch.nn.Module, graph: Path, spec: ModelSpec) -> None:
             )
 
 
-def export_model(model_dir: str | Path, spec: ModelSpec, *, single_file_limit: int = SINGLE_FILE_LIMIT) -> list[Path]:
+def export_model(
+    model_dir: str | Path, spec: ModelSpec, *, single_file_limit: int = SINGLE_FILE_LIMIT, trust_remote_code: bool = False
+) -> list[Path]:
     """Writes the fp32, int8 and fp16 graphs into ``<model_dir>/onnx/``; returns their paths.
 
-    Each graph whose weights pass ``single_file_limit`` bytes keeps them in its side file (``models.onnx_layout``).
+    Each graph whose weights pass ``single_file_limit`` bytes keeps them in its side file (``models.onnx_layout``);
+    ``trust_remote_code`` runs a custom-code model's code (``models.detection.custom_code``) to trace it.
     """
     directory = onnx_dir(model_dir)
     progress.info("exporting the fp32 ONNX graph")
-    fp32 = export_fp32(model_dir, spec, directory / FP32, single_file_limit=single_file_limit)
+    fp32 = export_fp32(model_dir, spec, directory / FP32, single_file_limit=single_file_limit, trust_remote_code=trust_remote_code)
     progress.info("quantizing to per-token int8 (CPU)")
     int8 = quantize_int8(fp32, directory / INT8, single_file_limit=single_file_limit)
     progress.info("converting to fp16 (CUDA)")

@@ -24,7 +24,7 @@ import bentoml
 import numpy as np
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast
 
-from .detection import UnsupportedModel, check_architecture, is_decoder, read_sentence_transformers
+from .detection import UnsupportedModel, check_architecture, custom_code, is_decoder, read_sentence_transformers
 from .postprocess import DENSE_FILE
 from .spec import ModelSpec
 from .tasks import detect_spec, task_of
@@ -42,7 +42,7 @@ GENERIC_FAST_TOKENIZER = "TokenizersBackend"  # transformers 5's name for a toke
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 
 
-def load_tokenizer(model_dir: Path) -> Any:
+def load_tokenizer(model_dir: Path, trust_remote_code: bool = False) -> Any:
     """The model's tokenizer, as transformers loads it; one saved by transformers 5 as its generic
     fast tokenizer too (``TokenizersBackend``: ``tokenizer.json`` and the special tokens of
     ``tokenizer_config.json``, which is what ``PreTrainedTokenizerFast`` loads here). Stored, it is
@@ -50,7 +50,7 @@ def load_tokenizer(model_dir: Path) -> Any:
     config = model_dir / "tokenizer_config.json"
     if config.is_file() and json.loads(config.read_text()).get("tokenizer_class") == GENERIC_FAST_TOKENIZER:
         return PreTrainedTokenizerFast.from_pretrained(str(model_dir))
-    return AutoTokenizer.from_pretrained(str(model_dir))
+    return AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)  # said, so that transformers never asks
 
 
 SENTENCEPIECE_FILES = ("spiece.model", "sentencepiece.bpe.model")  # T5's and XLM-R's names for a sentencepiece model
@@ -78,8 +78,9 @@ def check_conversion(model_dir: Path, tokenizer: Any) -> None:
     progress.info("converted %s to a fast tokenizer: the same pieces on %d probe texts", model.name, len(PROBE_TEXTS))
 
 
-def download(model_id: str, revision: str | None = None) -> Path:
-    """A local snapshot of a Hub repository (safetensors weights; ``.bin`` only when there are none)."""
+def download(model_id: str, revision: str | None = None, code: bool = False) -> Path:
+    """A local snapshot of a Hub repository (safetensors weights; ``.bin`` only when there are none; with
+    ``code``, its Python files: a custom-code model's architecture)."""
     from httpx2 import TransportError  # huggingface_hub's HTTP client: what it raises when the Hub cannot be reached
     from huggingface_hub import list_repo_files, snapshot_download
 
@@ -90,6 +91,7 @@ def download(model_id: str, revision: str | None = None) -> Path:
         reason = f"cannot reach the Hugging Face Hub for {model_id} ({type(error).__name__}: {error})"
         raise OSError(f"{reason}; import from a local directory with --path, or set HF_HUB_OFFLINE=1 to read the local cache") from None
     patterns = HUB_PATTERNS if any(f.endswith(".safetensors") for f in files) else [*HUB_PATTERNS, "*.bin"]
+    patterns = [*patterns, "*.py"] if code else patterns
     return Path(snapshot_download(model_id, revision=revision, allow_patterns=patterns))
 
 
@@ -127,8 +129,13 @@ def import_model(
     max_length: int | None = None,
     training: dict[str, Any] | None = None,
     calibration: list[str] | None = None,
+    trust_remote_code: bool = False,
 ) -> bentoml.Tag:
     """Saves the model in ``model_dir`` into the store; raises ``UnsupportedModel`` with the reason.
+
+    With ``trust_remote_code``, a model whose architecture is Python code beside its weights (``auto_map``)
+    has that code run here, in this process, to export its ONNX graphs; the stored model records its code
+    files and their hashes, and is served from the graphs alone (``models.detection.custom_code``).
 
     With ``onnx`` (the default), the ONNX graphs of ``models.export`` are saved with it;
     ``max_length`` (tokens per text) replaces the model's own limit when lower;
@@ -139,12 +146,20 @@ def import_model(
         raise UnsupportedModel(f"no such directory: {model_dir}")
     if not (model_dir / "config.json").is_file():
         raise UnsupportedModel(f"{model_dir} is not a transformers model (no config.json)")
-    config = AutoConfig.from_pretrained(str(model_dir))
+    code = custom_code(model_dir)
+    if code and not trust_remote_code:
+        raise UnsupportedModel(
+            f"{model_dir}'s architecture is Python code beside its weights ({', '.join(code)}): import with --trust-remote-code "
+            "to run it once, here, to export its ONNX graphs (the server serves the graphs and never runs the code)"
+        )
+    if code and not onnx:
+        raise UnsupportedModel(f"{model_dir}'s architecture is custom code: it is served from its ONNX graphs only, drop --no-onnx")
+    config = AutoConfig.from_pretrained(str(model_dir), trust_remote_code=bool(code))
     check_architecture(config)  # an unsupported architecture is the first thing to report
     if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
         raise UnsupportedModel(f"{model_dir} has no usable tokenizer: none of {', '.join(TOKENIZER_FILES)}")
     try:
-        tokenizer = load_tokenizer(model_dir)
+        tokenizer = load_tokenizer(model_dir, trust_remote_code=bool(code))
     except (OSError, ValueError, TypeError, ImportError) as error:
         raise UnsupportedModel(f"{model_dir} has no usable tokenizer: {error}") from None
     if not getattr(tokenizer, "is_fast", False):
@@ -163,13 +178,15 @@ def import_model(
         revision=revision,
     )
     progress.info("loading %s (%s)", source, spec.task)
-    model = task_of(spec).model_class().from_pretrained(str(model_dir))
+    model = task_of(spec).model_class().from_pretrained(str(model_dir), trust_remote_code=bool(code))
     if task_of(spec).decoder_reads_pad_id and is_decoder(config):
         # Stored with the pad id it finds each row's last token by (``detection.read_pad_id``).
         model.config.pad_token_id = spec.pad_id
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.convert_ids_to_tokens(spec.pad_id)
     metadata = {**spec.to_metadata(), "versions": library_versions(), **({"training": training} if training else {})}
+    if code:
+        metadata["custom_code"] = {"files": code, "runs": "at import only: the server serves the ONNX graphs"}
     with bentoml.models.create(name, labels={"task": spec.task, "framework": "transformers"}, metadata=metadata) as stored:
         progress.info("saving to the store as %s", stored.tag)
         model.save_pretrained(stored.path)
@@ -178,7 +195,12 @@ def import_model(
             save_dense(model_dir, Path(stored.path))
         if onnx:
             # The store writes the metadata when the context closes: what the export did goes in with it.
-            stored.info.metadata.update(try_export(stored.path, spec, ", ".join(config.architectures or [config.model_type])))
+            exported = try_export(stored.path, spec, ", ".join(config.architectures or [config.model_type]), trust_remote_code=bool(code))
+            if code and not exported.get("onnx"):
+                raise UnsupportedModel(
+                    f"{model_dir}'s custom code did not export to ONNX ({exported['onnx_error']}): it would have to run to serve"
+                )
+            stored.info.metadata.update(exported)
         if task_of(spec).dense_vector_per_text:
             stored.info.metadata.update(calibrate(stored.path, spec, calibration))
     return stored.tag
@@ -202,14 +224,14 @@ def calibrate(model_dir: str, spec: ModelSpec, texts: list[str] | None) -> dict[
     return {"calibration": {"texts": len(texts), "source": source}}
 
 
-def try_export(model_dir: str, spec: ModelSpec, architecture: str) -> dict[str, Any]:
+def try_export(model_dir: str, spec: ModelSpec, architecture: str, *, trust_remote_code: bool = False) -> dict[str, Any]:
     """The ONNX graphs in ``model_dir`` and their record in the metadata; where the exporter cannot
     trace an architecture, none (torch serves the model), said in one line."""
     from .export import export_model  # the exporter (onnx, onnxscript) only when asked for
     from .onnx_layout import onnx_dir
 
     try:
-        export_model(model_dir, spec)
+        export_model(model_dir, spec, trust_remote_code=trust_remote_code)
     except Exception as error:  # the exporter and quantizer fail in many ways on graphs they cannot handle
         shutil.rmtree(onnx_dir(model_dir), ignore_errors=True)
         reason = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"

@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     # On a CPU each thread runs a slice of every pass on a single-threaded ONNX Runtime session, and
     # a lone text gets all of them (models/backends/onnx_backend.Streams; docs/design.md 9).
     runner_threads: int = Field(default_factory=_cpu_count, ge=1, description="CPU threads of each Encoder")
+    trust_remote_code: bool = Field(
+        False, description="let the torch backend run a custom-code model's code (imported with --trust-remote-code); ONNX never runs it"
+    )
     # The size limits, each where it does a job: an API worker's call to the Encoder carries at
     # most max_batch_size texts (the coalescer cuts and merges requests to it), so that BentoML's
     # batcher, which merges calls up to the same limit, never has to refuse one; token_budget

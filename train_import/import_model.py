@@ -45,6 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "up to the model's limit, docs/models.md)",
     )
     parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="a model whose architecture is Python code beside its weights (auto_map: nomic-embed, jina-embeddings, gte): "
+        "run that code here, once, to export its ONNX graphs; the server serves the graphs and never runs it",
+    )
+    parser.add_argument(
         "--calibration",
         type=Path,
         help="a text file, one text per line, over which an embedder's int8/uint8 ranges are measured "
@@ -61,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> bentoml.Tag:
         if args.model_id:
-            model_dir, source = download(args.model_id, args.revision), args.model_id
+            model_dir, source = download(args.model_id, args.revision, code=args.trust_remote_code), args.model_id
         else:
             model_dir = args.path or default_model_dir()
             source = str(args.path) if args.path else "sentence-transformers/all-MiniLM-L6-v2"
@@ -75,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             onnx=args.onnx,
             max_length=args.max_length,
             calibration=calibration,
+            trust_remote_code=args.trust_remote_code,
         )
 
     return report("import", run, (UnsupportedModel, OSError, ValueError))

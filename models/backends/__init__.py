@@ -31,12 +31,13 @@ BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino")
 MARGIN = 1.3  # how much faster than the default another compute must run here to be served (``chosen``)
 
 
-def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int) -> Backend:
+def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int, trust_remote_code: bool = False) -> Backend:
     """The backend called ``name`` with the model in ``model_dir`` loaded and ready.
 
     ``auto``: the fastest compute of the device that passes the self-check against the fp32 graph
     here (``checked``), fp32 with one warning where none does. A model stored without ONNX graphs
-    gets torch (fp16 on CUDA) rather than a failure.
+    gets torch (fp16 on CUDA) rather than a failure; torch runs a custom-code model's code only with
+    ``trust_remote_code`` (``TEXTBENTO_TRUST_REMOTE_CODE``).
     """
     if name == "auto":
         if not has_onnx(model_dir):
@@ -44,14 +45,14 @@ def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int
                 raise FileNotFoundError(
                     f"{model_dir} has no ONNX graphs and PyTorch is not installed; add them with: python -m train_import.export_onnx <tag>"
                 )
-            return load_backend("torch", model_dir, spec, threads)
+            return load_backend("torch", model_dir, spec, threads, trust_remote_code)
         served = checked(model_dir, spec, threads)
         release_freed_memory()
         return served
     if name == "torch":
         from .torch_backend import TorchBackend
 
-        return TorchBackend(model_dir, spec, threads)
+        return TorchBackend(model_dir, spec, threads, trust_remote_code)
     if name in ("onnx", "onnx-int8"):
         from .onnx_backend import OnnxBackend
 

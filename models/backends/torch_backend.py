@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..batching import split_segments
+from ..detection import UnsupportedModel, custom_code
 from ..postprocess import load_dense
 from ..spec import ModelSpec
 from ..tasks import task_of
@@ -21,7 +22,14 @@ class TorchBackend:
     trials = ()
     any_thread = False  # its CPU pool (OpenMP) belongs to the thread that loaded it (``models.inference.InferenceThread``)
 
-    def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int) -> None:
+    def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int, trust_remote_code: bool = False) -> None:
+        """``trust_remote_code``: a custom-code model's code may run here (else it is refused: ONNX serves it)."""
+        code = custom_code(Path(model_dir))
+        if code and not trust_remote_code:
+            raise UnsupportedModel(
+                f"{model_dir} is a custom-code model ({', '.join(code)}): the torch backend would run its code; it is served "
+                "from its ONNX graphs (the default backends), or by torch with TEXTBENTO_TRUST_REMOTE_CODE=1"
+            )
         self.spec = spec
         self.dense = load_dense(model_dir, spec.dense)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -30,7 +38,9 @@ class TorchBackend:
         dtype = torch.float16 if self.device == "cuda" else torch.float32
         self.precision = "fp16" if self.device == "cuda" else "fp32"
         self.task = task_of(spec)
-        self.model = self.task.model_class().from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
+        self.model = (
+            self.task.model_class().from_pretrained(str(model_dir), dtype=dtype, trust_remote_code=bool(code)).to(self.device).eval()
+        )
         self.model.config.use_cache = False  # a decoder would keep every pass's keys and values, for generation
         # What the ONNX graph computes, in torch (``models.heads``): SPLADE pools its MLM logits, a multi-vector model projects its tokens.
         self.graph = self.task.graph_module(self.model, spec, model_dir)
