@@ -1,5 +1,7 @@
 """Request and response models: what is accepted, what is refused and how errors name the field."""
 
+import re
+from pathlib import Path
 from typing import Annotated, Literal, get_args, get_origin
 
 import pytest
@@ -178,3 +180,39 @@ def test_a_predict_pair_is_one_input_however_few_inputs_are_allowed(monkeypatch)
     assert api.tei.PredictRequest.model_validate({"inputs": ["query", "passage"]}).inputs.items == [("query", "passage")]
     with pytest.raises(APIError):
         api.tei.PredictRequest.model_validate({"inputs": [["a"], ["b"]]})
+
+
+# The request model behind each route of docs/api.md's compatibility table.
+ROUTE_MODELS = {
+    "/v1/embeddings": api.types.EmbeddingsRequest,
+    "/v2/embed": api.cohere.EmbedRequest,
+    "/v2/rerank": api.cohere.RerankRequest,
+    "/v1/rerank": api.types.RerankRequest,
+    "/score": api.types.ScoreRequest,
+    "/embed": api.tei.EmbedRequest,
+    "/rerank": api.tei.RerankRequest,
+    "/decode": api.tei.DecodeRequest,
+}
+
+
+def compatibility_table() -> dict[str, dict[str, str]]:
+    """docs/api.md's compatibility table: per route, each field's status."""
+    text = (Path(__file__).parent.parent / "docs" / "api.md").read_text()
+    rows = re.findall(r"^\| `(/[^`]*)` \| ((?:`[^`]+`(?:, )?)+) \| (honoured|mapped|accepted|refused) \|", text, re.MULTILINE)
+    table: dict[str, dict[str, str]] = {}
+    for route, fields, status in rows:
+        for field in re.findall(r"`([^`]+)`", fields):
+            table.setdefault(route, {})[field] = status
+    return table
+
+
+def test_the_compatibility_table_lists_every_field_and_each_refused_one_is_refused():
+    table = compatibility_table()
+    assert set(table) == set(ROUTE_MODELS)
+    for route, model in ROUTE_MODELS.items():
+        assert set(model.model_fields) <= set(table[route]), (route, set(model.model_fields) - set(table[route]))
+        for field, status in table[route].items():
+            if field not in model.model_fields:  # not a field: refused as every unknown field is
+                assert status == "refused" and model.model_config.get("extra") == "forbid", (route, field)
+            elif status == "refused":  # refused by value (true, enabled, set): its schema says so
+                assert "refused" in (model.model_fields[field].description or ""), (route, field)
