@@ -149,7 +149,11 @@ async def decode(request: tei.DecodeRequest, pipeline: Pipeline = ThePipeline) -
     return json_response(await pipeline.decode(model, request.ids, request.skip_special_tokens, "ids"))
 
 
-@router.get("/health", responses={200: {"description": "every served model's Encoder answers"}, **TEI_ERROR_RESPONSES})
+@router.get(
+    "/health",
+    response_class=Response,
+    responses={200: {"description": "every served model's Encoder answers (empty)"}, **TEI_ERROR_RESPONSES},
+)
 async def health(pipeline: Pipeline = ThePipeline) -> Response:
     """TEI's health check: 200 (empty) while every served model's Encoder answers, else 503 naming those that do not."""
     answering = await asyncio.gather(*(model.answers() for model in pipeline.models))
