@@ -59,15 +59,12 @@ class ServedModel:
         """How the Encoder serves the model (backend, device, precision, fidelity, CPU), asked now; where
         it does not answer within ``within_s`` (restarting after a crash, loading), its last answer, so
         that the model list and TEI's /info stay up while one Encoder restarts. 503 before any answer."""
-        try:
-            self.runtime_card = await asyncio.wait_for(self.encoder().to_async.runtime(), within_s)
-        except (TimeoutError, aiohttp.ClientError, BentoMLException):
-            if self.runtime_card is None:
-                raise unavailable(self.name) from None
+        if not await self.answers(within_s) and self.runtime_card is None:
+            raise unavailable(self.name)
         return self.runtime_card
 
     async def answers(self, within_s: float = 2.0) -> bool:
-        """Whether its Encoder answers now, within ``within_s`` (its model loaded and checked: it answers once warmed up)."""
+        """Whether its Encoder answers ``runtime()`` now, within ``within_s`` (it does once warmed up); its card kept."""
         try:
             self.runtime_card = await asyncio.wait_for(self.encoder().to_async.runtime(), within_s)
         except (TimeoutError, aiohttp.ClientError, BentoMLException):

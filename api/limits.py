@@ -27,7 +27,7 @@ def check_sizes(texts: Sequence[TextInput], param: str, max_inputs: int, max_cha
     or for an input over ``max_chars`` characters. With ``query_param``, the first text is the query
     beside the list ``param`` names: not counted, and named by ``query_param`` when too long."""
     check_count(len(texts) - (query_param is not None), param, max_inputs)
-    sizes = [sum(map(len, text)) if isinstance(text, tuple) and not isinstance(text, TokenIds) else len(text) for text in texts]
+    sizes = [len(text) if isinstance(text, str | TokenIds) else sum(map(len, text)) for text in texts]
     longest = max(range(len(texts)), key=sizes.__getitem__)
     if sizes[longest] > max_chars:
         where, name = input_named(longest, param, query_param)

@@ -52,6 +52,15 @@ FOREIGN_IDS = (
 )
 
 
+def check_vocabulary(ids: list[int], vocabulary: int, where: str, hint: str = "") -> None:
+    """422 naming the largest id of ``ids`` (``where.j``) when it is past the vocabulary's ``vocabulary`` ids, with ``hint`` after."""
+    if ids and (largest := max(ids)) >= vocabulary:
+        at = f"{where}.{ids.index(largest)}"
+        raise APIError(
+            422, "invalid_request", f"{at}: token id {largest} is not in the model's vocabulary (ids 0 to {vocabulary - 1}){hint}", at
+        )
+
+
 def own_token_ids(model: ServedModel, inputs: list[str | list[int]], param: str, prompt: str) -> list[str | TokenIds]:
     """The inputs, each list of token ids checked as the model's own and made ``TokenIds``: every id in its
     vocabulary, framed as its tokenizer frames every text (BERT's ``[CLS] … [SEP]``: ids of another
@@ -68,9 +77,7 @@ def own_token_ids(model: ServedModel, inputs: list[str | list[int]], param: str,
         if prompt:
             message = f"token ids are read as they are, with no prompt before them; this request's is {prompt!r} (send text instead)"
             raise APIError(422, "invalid_request", f"{where}: {message}", where)
-        if one and (largest := max(one)) >= vocabulary:
-            message = f"token id {largest} is not in the model's vocabulary (ids 0 to {vocabulary - 1}); {FOREIGN_IDS}"
-            raise APIError(422, "invalid_request", f"{where}.{one.index(largest)}: {message}", f"{where}.{one.index(largest)}")
+        check_vocabulary(one, vocabulary, where, f"; {FOREIGN_IDS}")
         if len(one) < len(prefix) + len(suffix) or tuple(one[: len(prefix)]) != prefix or tuple(one[len(one) - len(suffix) :]) != suffix:
             framing = f"begin with {list(prefix)} and end with {list(suffix)}, as the model's tokenizer frames every text"
             raise APIError(422, "invalid_request", f"{where}: token ids must {framing}; {FOREIGN_IDS}", where)
@@ -237,12 +244,8 @@ class Pipeline:
     async def decode(self, model: ServedModel, ids: list[list[int]], skip_special_tokens: bool, param: str) -> list[str]:
         """Each list of token ids back to text (on a thread): ids outside the model's vocabulary refused
         (422 naming the first), at most ``max_tokenize_tokens`` in all (413), admitted as every route."""
-        vocabulary = model.tokenizer.vocabulary_size
         for i, one in enumerate(ids):
-            if one and (largest := max(one)) >= vocabulary:
-                j = one.index(largest)
-                message = f"token id {largest} is not in the model's vocabulary (ids 0 to {vocabulary - 1})"
-                raise APIError(422, "invalid_request", f"{param}.{i}.{j}: {message}", f"{param}.{i}.{j}")
+            check_vocabulary(one, model.tokenizer.vocabulary_size, f"{param}.{i}")
         if (count := sum(map(len, ids))) > settings.max_tokenize_tokens:
             message = f"{count} token ids in one request; /decode reads at most {settings.max_tokenize_tokens}"
             raise APIError(413, "too_many_tokens", message, param)

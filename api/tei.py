@@ -25,7 +25,20 @@ from models.tokenization import TextInput
 from serving.settings import settings
 
 from .limits import check_count
-from .types import InputType, Request, Text, TextList, Texts, TextsOrIds, TokenIdList, Unicode, as_list, counted, refuse_undecodable
+from .types import (
+    InputType,
+    Request,
+    Text,
+    TextList,
+    Texts,
+    TextsOrIds,
+    TokenIdList,
+    Unicode,
+    as_list,
+    counted,
+    one_or_many,
+    refuse_undecodable,
+)
 
 
 def _lower(value: object) -> object:
@@ -174,16 +187,11 @@ class TokenizeRequest(TEIRequest):
     prompt_name: Unicode | None = None
 
 
-def one_or_many_ids(value: object) -> object:
-    """One list of token ids, or a list of them: always a list of them."""
-    return [value] if isinstance(value, list) and not any(isinstance(item, list) for item in value) else value
-
-
 class DecodeRequest(TEIRequest):
     """``POST /decode``: token ids back to text."""
 
     # Wrapped before counted (validators before the type run last-declared first): one long list is one input.
-    ids: Annotated[list[TokenIdList], counted(), BeforeValidator(one_or_many_ids, json_schema_input_type=TokenIdList | list[TokenIdList])]
+    ids: Annotated[list[TokenIdList], counted(), BeforeValidator(one_or_many, json_schema_input_type=TokenIdList | list[TokenIdList])]
     skip_special_tokens: bool = True
 
 

@@ -187,6 +187,8 @@ def test_tei_health_and_decode(url, classifier_dir):
     assert outside.json()["error"].startswith(f"ids.1.1: token id {len(tokenizer)} is not in the model's vocabulary")
     negative = post(url, "/decode", {"ids": [-1]})
     assert negative.status_code == 422 and "ids.0.0" in negative.json()["error"], negative.text
+    too_many = post(url, "/decode", {"ids": [[100] * 65537] * 2})  # past TEXTBENTO_MAX_TOKENIZE_TOKENS (2^17) in all
+    assert too_many.status_code == 413 and "131074 token ids" in too_many.json()["error"], too_many.text
 
 
 def test_each_models_batches_carry_its_name(url):

@@ -63,12 +63,7 @@ def paired(text_1: list[str], text_2: list[str]) -> list[tuple[str, str]]:
 
 def scorer(pipeline: Pipeline, name: str | None) -> ServedModel:
     """The model named, else the first that reranks (a cross-encoder or a multi-vector model), else the first embedder."""
-    if name is not None:
-        model = pipeline.models.named(name)
-        if not (model.does("rerank") or model.does("embed")):
-            raise APIError(400, "wrong_task", f"model {model.name!r} does {model.what_it_does()}: it scores no pairs", "model")
-        return model
-    able = [model for model in pipeline.models if model.does("rerank")] or [model for model in pipeline.models if model.does("embed")]
-    if not able:
-        raise APIError(400, "wrong_task", f"no model served here scores pairs; this server serves {pipeline.models.listing()}", "model")
-    return able[0]
+    try:
+        return pipeline.models.pick(name, "rerank")
+    except APIError:
+        return pipeline.models.pick(name, "embed")  # its refusal names the model, or what is served
