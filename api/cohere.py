@@ -1,6 +1,6 @@
-"""Cohere's v2 embed and rerank APIs (``POST /v2/embed``, ``POST /v2/rerank``), shape for shape, for the
-official ``cohere`` client (``cohere.ClientV2(base_url=...)``): their request bodies, their answers, and
-their error shape, ``{"id", "message"}``.
+"""Cohere's v2 embed and rerank APIs (``POST /v2/embed``, ``POST /v2/rerank``) and v1's embed (``POST /v1/embed``),
+shape for shape, for the official ``cohere`` client (``cohere.ClientV2(base_url=...)``, ``cohere.Client``):
+their request bodies, their answers, and their error shape, ``{"id", "message"}``.
 
 Differences, each on purpose: texts only (``images`` and ``inputs`` are refused, 422 naming them);
 ``model`` may be left out (the first embedder served); ``input_type`` picks the model's
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
+from annotated_types import MaxLen, MinLen
 from pydantic import BaseModel, Field
 
 from .types import EmbeddingType, Request, Text, TextList, Unicode
@@ -25,17 +26,35 @@ from .types import EmbeddingType, Request, Text, TextList, Unicode
 InputType = Literal["search_document", "search_query", "classification", "clustering"]
 
 
-class EmbedRequest(Request):
-    """``POST /v2/embed``."""
+EmbeddingTypes = Annotated[list[EmbeddingType], MinLen(1), MaxLen(len(get_args(EmbeddingType)))]
+
+
+class EmbedFields(Request):
+    """The fields v1's and v2's embed share."""
 
     texts: TextList
     model: Unicode | None = None
     input_type: InputType | None = Field(None, description="the role of the texts: picks the model's prompt for it")
-    embedding_types: Annotated[list[EmbeddingType], Field(min_length=1, max_length=len(get_args(EmbeddingType)))] = ["float"]
+    truncate: Literal["NONE", "START", "END"] = Field("END", description="NONE: texts past the model's limit are refused (413)")
+
+
+class EmbedRequest(EmbedFields):
+    """``POST /v2/embed``."""
+
+    embedding_types: EmbeddingTypes = ["float"]
     output_dimension: Annotated[int, Field(ge=1)] | None = Field(None, description="fewer dimensions (Matryoshka models)")
     max_tokens: Annotated[int, Field(ge=1)] | None = None
-    truncate: Literal["NONE", "START", "END"] = Field("END", description="NONE: texts past the model's limit are refused (413)")
     priority: int | None = Field(None, description="accepted for the client's sake; every request is served in arrival order")
+
+
+class EmbedV1Request(EmbedFields):
+    """``POST /v1/embed``: v2's without ``output_dimension``, ``max_tokens`` and ``priority``."""
+
+    embedding_types: EmbeddingTypes | None = Field(None, description="without it: the float vectors, as a bare list")
+
+    def as_v2(self) -> EmbedRequest:
+        """The same request as /v2/embed reads it (validated already: its fields are v2's)."""
+        return EmbedRequest.model_construct(**{**dict(self), "embedding_types": self.embedding_types or ["float"]})
 
 
 class BilledUnits(BaseModel):
@@ -70,6 +89,16 @@ class EmbedResponse(BaseModel):
     texts: list[str]
     meta: Meta
     response_type: Literal["embeddings_by_type"] = "embeddings_by_type"
+
+
+class EmbedFloatsResponse(BaseModel):
+    """v1's answer without ``embedding_types``."""
+
+    id: str
+    embeddings: list[list[float]]
+    texts: list[str]
+    meta: Meta
+    response_type: Literal["embeddings_floats"] = "embeddings_floats"
 
 
 class RelevantSpans(Request):

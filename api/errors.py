@@ -1,7 +1,7 @@
 """One error shape for every failure, never a stack trace: ``{"error": {"type", "message", "param"}}``;
 on text-embeddings-inference's routes TEI's own, ``{"error": message, "error_type": kind}``, which
 its clients (huggingface_hub, LangChain's and LlamaIndex's TEI integrations) read; on Cohere's
-(``/v2/``) Cohere's, ``{"id", "message"}``."""
+(``/v2/``, ``/v1/embed``) Cohere's, ``{"id", "message"}``."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def error_response(error: APIError, path: str) -> JSONResponse:
     headers = {"Retry-After": str(error.retry_after)} if error.retry_after is not None else None
     if path in TEI_ROUTES:
         body = TEIErrorBody(error=error.message, error_type=tei_error_type(error)).model_dump()
-    elif path.startswith("/v2/"):
+    elif path.startswith("/v2/") or path == "/v1/embed":
         where = f"{error.param}: " if error.param and not error.message.startswith(error.param) else ""
         body = CohereErrorBody(id=str(uuid.uuid4()), message=where + error.message).model_dump()
     else:

@@ -1,4 +1,4 @@
-"""The official cohere client (``ClientV2``), unchanged, against ``/v2/embed``: the vectors of
+"""The official cohere clients (``ClientV2``; ``Client``, v1), unchanged, against ``/v2/embed`` and ``/v1/embed``: the vectors of
 /v1/embeddings, int8/uint8 and packed sign bits as sentence-transformers' ``quantize_embeddings``
 makes them (int8/uint8 on the ranges stored at import), the tokens the model's own tokenizer
 counts, and bad input refused in Cohere's error shape."""
@@ -72,6 +72,22 @@ def test_cohere_max_tokens_cuts_each_text_as_the_library_would(embed_url):
     assert ((served * expected).sum(axis=1) >= 0.99).all()  # int8 served, as everywhere (tests/test_onnx.py's gate)
     whole = np.array(client(embed_url).embed(model="minilm", texts=texts, input_type="search_query").embeddings.float_)
     assert np.allclose(served[0], whole[0], atol=1e-6) and (served[1] * whole[1]).sum() < 0.999
+
+
+def test_cohere_v1_client_embeds_as_v2_in_v1s_shape(embed_url):
+    v1 = cohere.Client(api_key="unused", base_url=embed_url, timeout=60)
+    floats = v1.embed(model="minilm", texts=TEXTS[:3], input_type="search_document")
+    v2 = client(embed_url).embed(model="minilm", texts=TEXTS[:3], input_type="search_document", embedding_types=["float", "int8"])
+    assert floats.response_type == "embeddings_floats" and floats.meta.api_version.version == "1"
+    assert np.abs(np.array(floats.embeddings) - np.array(v2.embeddings.float_)).max() <= 1e-6
+    assert floats.meta.billed_units.input_tokens == v2.meta.billed_units.input_tokens and floats.texts == TEXTS[:3]
+    typed = v1.embed(model="minilm", texts=TEXTS[:3], input_type="search_document", embedding_types=["int8"])
+    assert typed.response_type == "embeddings_by_type" and typed.embeddings.int8 == v2.embeddings.int8 and typed.embeddings.float_ is None
+    with pytest.raises(cohere.core.ApiError) as refused:
+        v1.embed(model="minilm", texts=["ok", ""], input_type="search_query")
+    assert refused.value.status_code == 422 and "texts.1" in refused.value.body["message"]
+    v2_only = requests.post(f"{embed_url}/v1/embed", json={"texts": ["ok"], "output_dimension": 128}, timeout=30)
+    assert v2_only.status_code == 422 and set(v2_only.json()) == {"id", "message"} and "output_dimension" in v2_only.json()["message"]
 
 
 BAD = [

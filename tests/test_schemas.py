@@ -186,6 +186,7 @@ def test_a_predict_pair_is_one_input_however_few_inputs_are_allowed(monkeypatch)
 ROUTE_MODELS = {
     "/v1/embeddings": api.types.EmbeddingsRequest,
     "/v2/embed": api.cohere.EmbedRequest,
+    "/v1/embed": api.cohere.EmbedV1Request,
     "/v2/rerank": api.cohere.RerankRequest,
     "/v1/rerank": api.types.RerankRequest,
     "/score": api.types.ScoreRequest,

@@ -168,6 +168,8 @@ def test_cohere_clients_rerank_scores_as_the_cross_encoder_and_reads_max_tokens_
     assert [result.index for result in whole.results] == list(np.argsort(-expected, kind="stable")[:3])
     assert np.allclose([result.relevance_score for result in whole.results], expected[[r.index for r in whole.results]], atol=1e-5)
     assert whole.meta.billed_units.search_units == 1 and whole.id
+    v1 = cohere.Client(api_key="unused", base_url=url, timeout=60).rerank(model=name, query=QUERY, documents=DOCUMENTS, top_n=3)
+    assert [(r.index, r.relevance_score) for r in v1.results] == [(r.index, r.relevance_score) for r in whole.results]
     cut = client.rerank(model=name, query=QUERY, documents=DOCUMENTS, max_tokens_per_doc=3)
     expected_cut = documents_cut_scores(directory, QUERY, DOCUMENTS, 3)
     assert np.abs(expected_cut - expected).max() > 5e-5  # the cut matters here, past the tolerance below (random weights)

@@ -1,5 +1,5 @@
-"""Cohere's v2 embed and rerank (their types: ``api/cohere.py``; errors in Cohere's shape on their paths:
-``api/errors.py``), for Cohere's own client, and the v1 rerank shape Cohere's and Jina's APIs share."""
+"""Cohere's v2 embed and rerank and v1 embed (their types: ``api/cohere.py``; errors in Cohere's shape on their
+paths: ``api/errors.py``), for Cohere's own clients, and the v1 rerank shape Cohere's and Jina's APIs share."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from models.postprocess import best_first
+from serving.telemetry import Timing
 
 from .. import cohere
 from ..compact import by_type, refuse_unservable
@@ -25,6 +26,23 @@ router = APIRouter()
 
 @router.post("/v2/embed", response_model=cohere.EmbedResponse, responses=COHERE_ERROR_RESPONSES)
 async def embed(request: cohere.EmbedRequest, pipeline: Pipeline = ThePipeline) -> Response:
+    embeddings, timing = await embeddings_by_type(request, pipeline)
+    return pipeline.timed(embed_answer(request.texts, embeddings, "embeddings_by_type", "2", timing.tokens), timing)
+
+
+@router.post("/v1/embed", response_model=cohere.EmbedFloatsResponse | cohere.EmbedResponse, responses=COHERE_ERROR_RESPONSES)
+async def embed_v1(request: cohere.EmbedV1Request, pipeline: Pipeline = ThePipeline) -> Response:
+    """``/v2/embed``'s vectors in v1's shape (``cohere.Client``): without ``embedding_types``, the floats as a bare list."""
+    embeddings, timing = await embeddings_by_type(request.as_v2(), pipeline)
+    if request.embedding_types is None:
+        answer = embed_answer(request.texts, embeddings["float"], "embeddings_floats", "1", timing.tokens)
+    else:
+        answer = embed_answer(request.texts, embeddings, "embeddings_by_type", "1", timing.tokens)
+    return pipeline.timed(answer, timing)
+
+
+async def embeddings_by_type(request: cohere.EmbedRequest, pipeline: Pipeline) -> tuple[dict, Timing]:
+    """The texts' embeddings, one list per type asked for, and the request's timing."""
     model = pipeline.models.pick(request.model, "embed")
     refuse_unservable(model, request.embedding_types, request.output_dimension, "embedding_types", "output_dimension")
     if request.max_tokens is not None and request.max_tokens <= model.tokenizer.special_tokens:
@@ -41,16 +59,12 @@ async def embed(request: cohere.EmbedRequest, pipeline: Pipeline = ThePipeline) 
         max_tokens=request.max_tokens,
     )
     rows = np.stack(vectors)
-    embeddings = {kind: by_type(rows, kind, model.ranges) for kind in dict.fromkeys(request.embedding_types)}
-    meta = {"api_version": {"version": "2"}, "billed_units": {"input_tokens": timing.tokens}}
-    answer = {
-        "id": str(uuid.uuid4()),
-        "embeddings": embeddings,
-        "texts": request.texts,
-        "meta": meta,
-        "response_type": "embeddings_by_type",
-    }
-    return pipeline.timed(answer, timing)
+    return {kind: by_type(rows, kind, model.ranges) for kind in dict.fromkeys(request.embedding_types)}, timing
+
+
+def embed_answer(texts: list[str], embeddings, response_type: str, version: str, tokens: int) -> dict:
+    meta = {"api_version": {"version": version}, "billed_units": {"input_tokens": tokens}}
+    return {"id": str(uuid.uuid4()), "embeddings": embeddings, "texts": texts, "meta": meta, "response_type": response_type}
 
 
 @router.post("/v1/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
