@@ -33,8 +33,17 @@ $(BIN)/.installed: $(BIN)/.serve-installed requirements-dev.txt requirements-pyl
 	$(PIP_INSTALL) --no-deps --upgrade --target $(VENV)/pylate -r requirements-pylate.txt
 	touch $@
 
+# The client matrix's integrations (LangChain's, LlamaIndex's), which would move the project's own clients, in a
+# venv of their own (requirements-clients.txt, harness/client_matrix.py), with tiktoken's cl100k_base in its cache.
+CLIENTS := $(VENV)/clients
+$(CLIENTS)/.installed: requirements-clients.txt
+	$(PYTHON) -m venv $(CLIENTS)
+	$(CLIENTS)/bin/pip install -q --disable-pip-version-check --no-compile -r requirements-clients.txt
+	$(CLIENTS)/bin/python harness/client_matrix.py tiktoken $(CLIENTS)/tiktoken
+	touch $@
+
 serve-venv: $(BIN)/.serve-installed
-venv: $(BIN)/.installed
+venv: $(BIN)/.installed $(CLIENTS)/.installed
 
 # Imports the embedded all-MiniLM-L6-v2 as text-model unless the store has a text-model already,
 # and adds the ONNX graphs (which the default backend and the CPU image serve) to one without them.

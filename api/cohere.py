@@ -35,7 +35,9 @@ class EmbedFields(Request):
     texts: TextList
     model: Unicode | None = None
     input_type: InputType | None = Field(None, description="the role of the texts: picks the model's prompt for it")
-    truncate: Literal["NONE", "START", "END"] = Field("END", description="NONE: texts past the model's limit are refused (413)")
+    truncate: Literal["NONE", "START", "END"] | None = Field(
+        "END", description="NONE: texts past the model's limit are refused (413); null (langchain-cohere's default): END"
+    )
 
 
 class EmbedRequest(EmbedFields):

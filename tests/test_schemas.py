@@ -217,3 +217,16 @@ def test_the_compatibility_table_lists_every_field_and_each_refused_one_is_refus
                 assert status == "refused" and model.model_config.get("extra") == "forbid", (route, field)
             elif status == "refused":  # refused by value (true, enabled, set): its schema says so
                 assert "refused" in (model.model_fields[field].description or ""), (route, field)
+
+
+def test_the_client_table_names_the_versions_pinned():
+    """docs/api.md's client table: each client at the version pinned where it runs (.venv/clients' dependencies aside)."""
+    root = Path(__file__).parent.parent
+    pins = {}
+    for requirements in ("requirements-clients.txt", "requirements.txt", "requirements-dev.txt"):  # the project's own pins last
+        for name, version in re.findall(r"^([A-Za-z0-9_.-]+)==([^\s#]+)", (root / requirements).read_text(), re.MULTILINE):
+            pins[name.lower().replace("_", "-")] = version
+    rows = re.findall(r"^\| `([a-z0-9_-]+)` ([0-9][^ ]*) \|", (root / "docs" / "api.md").read_text(), re.MULTILINE)
+    assert len(rows) == 7
+    for client, version in rows:
+        assert pins[client.replace("_", "-")] == version, client

@@ -1,7 +1,7 @@
 """One `bentoml serve` of an embedder, a reranker and a classifier (TEXTBENTO_MODELS): routing by
-``model``, text-embeddings-inference's API beside OpenAI's (with huggingface_hub's real
-InferenceClient), a model's label on the metrics, and one model's Encoder killed under mixed load
-while the others keep answering."""
+``model``, text-embeddings-inference's API beside OpenAI's (with huggingface_hub's real InferenceClient,
+and LangChain's and LlamaIndex's integrations in their own venv), a model's label on the metrics, and one
+model's Encoder killed under mixed load while the others keep answering."""
 
 import asyncio
 import signal
@@ -166,6 +166,25 @@ def test_huggingface_hubs_inference_client_unchanged(url, monkeypatch):
     classifier = InferenceClient(model=f"{url}/?model=sst2-test")
     best = classifier.text_classification("I like you")  # huggingface_hub keeps the first of TEI's flat list: the best
     assert best.label == ok(post(url, "/predict", {"inputs": "I like you", "model": "sst2-test"}))[0]["label"]
+
+
+def test_langchain_and_llamaindex_integrations_unchanged(url):
+    """LangChain's OpenAI, TEI (langchain-huggingface) and Cohere embeddings and LlamaIndex's TEI embeddings, set up
+    as their docs say, in their own venv (harness/client_matrix.py): /v1/embeddings' vectors; LangChain's Cohere
+    reranker: /v1/rerank's scores; LangChain's OpenAIEmbeddings at its defaults sends tiktoken's ids: 422 naming its fix."""
+    from harness import client_matrix
+
+    texts, query = ["How do I reset my password?", "The train to Lyon leaves at nine.", "ok"], "password reset"
+    documents = ["Reset it from the login page.", "Trains leave hourly.", "Bananas are yellow.", "Passwords expire yearly."]
+    found = client_matrix.run(url, "minilm", "cross-encoder", texts, query, documents)
+    served = np.array([item["embedding"] for item in ok(post(url, "/v1/embeddings", {"input": [*texts, query]}))["data"]])
+    for client in ("langchain-openai", "langchain-huggingface", "langchain-cohere", "llama-index-tei"):
+        assert np.abs(np.array(found[client]["documents"]) - served[:-1]).max() <= 1e-6, client
+        assert np.abs(np.array(found[client]["query"]) - served[-1]).max() <= 1e-6, client
+    defaults = found["langchain-openai at its defaults"]
+    assert defaults["status"] == 422 and "check_embedding_ctx_length=False" in defaults["message"], defaults
+    ranked = ok(post(url, "/v1/rerank", {"model": "cross-encoder", "query": query, "documents": documents, "top_n": 3}))["results"]
+    assert found["langchain-cohere rerank"] == [[result["index"], result["relevance_score"]] for result in ranked]
 
 
 def test_tei_health_and_decode(url, classifier_dir):
