@@ -86,8 +86,12 @@ def test_cohere_v1_client_embeds_as_v2_in_v1s_shape(embed_url):
     with pytest.raises(cohere.core.ApiError) as refused:
         v1.embed(model="minilm", texts=["ok", ""], input_type="search_query")
     assert refused.value.status_code == 422 and "texts.1" in refused.value.body["message"]
-    v2_only = requests.post(f"{embed_url}/v1/embed", json={"texts": ["ok"], "output_dimension": 128}, timeout=30)
-    assert v2_only.status_code == 422 and set(v2_only.json()) == {"id", "message"} and "output_dimension" in v2_only.json()["message"]
+    with pytest.raises(cohere.core.ApiError) as too_long:
+        v1.embed(model="minilm", texts=[TEXTS[3]], input_type="search_query", truncate="NONE")
+    assert too_long.value.status_code == 413 and "256" in too_long.value.body["message"]
+    for field, value in (("output_dimension", 128), ("images", ["data:image/png;base64,AA=="])):  # v2's only; texts only
+        refused = requests.post(f"{embed_url}/v1/embed", json={"texts": ["ok"], field: value}, timeout=30)
+        assert refused.status_code == 422 and set(refused.json()) == {"id", "message"} and field in refused.json()["message"]
 
 
 BAD = [
