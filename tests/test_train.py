@@ -103,15 +103,14 @@ def test_bad_data_gets_one_line_and_nothing_is_stored(case, tmp_path, capsys):
     assert stored_models() == before
 
 
-@pytest.mark.slow  # loads a model to train it
-def test_the_embedder_refuses_a_missing_column_in_one_line(tmp_path):
-    result = train(
-        "train_embedder", "--data", str(write_csv(tmp_path / "p.csv", ["question", "positive"], [["a", "b"]])), "--name", "never"
-    )
-    assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.strip().splitlines() == [
-        "training failed: " + f"{tmp_path / 'p.csv'} has no column 'anchor' (it has: question, positive)"
-    ]
+def test_the_embedder_refuses_a_missing_column_in_one_line_before_it_loads_a_model(tmp_path, capsys, monkeypatch):
+    from train_import import train_embedder
+
+    monkeypatch.setattr(train_embedder, "resolve_base", lambda base: pytest.fail("the base model was looked up before the data"))
+    data = write_csv(tmp_path / "p.csv", ["question", "positive"], [["a", "b"]])
+    assert train_embedder.main(["--data", str(data), "--name", "never"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip().splitlines() == [f"training failed: {data} has no column 'anchor' (it has: question, positive)"]
 
 
 @pytest.fixture(scope="module")

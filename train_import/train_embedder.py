@@ -79,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     def run():
+        train, held_out = load(args)  # bad data is refused before sentence-transformers takes seconds to import
         from sentence_transformers import SentenceTransformer
 
-        train, held_out = load(args)
         base_dir, base = resolve_base(args.base)
         seed_everything(args.seed)
         model = SentenceTransformer(str(base_dir), device="cpu")
