@@ -1,0 +1,139 @@
+"""Candidate int8 recipes against the served per-token graph, in process: faster, and as faithful?
+
+    python -m bench.int8_recipes     # → bench/results/int8-recipes.json
+
+On the embedded all-MiniLM-L6-v2 and this machine's int8 kernels, each recipe (``RECIPES``) is built from
+the stored fp32 graph and measured beside the served int8 graph (``auto``'s here): a lone text's pass and
+length-sorted batches of 32 short texts (``bench.ceiling``), interleaved over rounds (best of each), and
+its fidelity to the fp32 graph with the gates' own measures (alone vs in sorted batches too: a recipe
+must not make a text depend on its batch mates). The recipes:
+
+- ``fused``: ONNX Runtime's offline transformer fusions (attention's core as ``MultiHeadAttention``,
+  which keeps the Q, K and V projections as MatMuls; SkipLayerNorm, BiasGelu), then per-token int8;
+- ``static``: ONNX Runtime's static int8 (QDQ, per-channel weights, activation ranges calibrated on 96
+  other texts, min-max: the calibrators by histogram need one shape): invariant by construction, one fixed scale per activation tensor;
+- ``static, FFN down fp32``: the same with the MatMuls after GELU, where the outliers are, left in fp32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import bentoml
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+from onnxruntime.transformers.fusion_options import FusionOptions
+from onnxruntime.transformers.optimizer import optimize_model
+from transformers import AutoConfig
+
+from bench.ceiling import bench_tag, best_rate, fidelity, loaded
+from harness.results import write_result
+from harness.texts import mixed_texts
+from models.backends.onnx_backend import Streams, session_options, unsigned_int8_sessions
+from models.cpu import signed_int8_is_exact
+from models.inference import run_batch
+from models.onnx_layout import FP32, onnx_dir
+from models.quantize import PerTokenInt8, save_graph
+from models.tokenization import TextTokenizer
+from serving.settings import settings
+
+
+def fused(fp32: Path, scratch: Path, model_dir: Path) -> Path:
+    config = AutoConfig.from_pretrained(model_dir)
+    options = FusionOptions("bert")
+    options.use_multi_head_attention = True
+    graph = optimize_model(
+        str(fp32), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size,
+        optimization_options=options, opt_level=1, use_gpu=False,
+    )  # fmt: skip
+    print("fused:", {op: count for op, count in graph.get_fused_operator_statistics().items() if count})
+    return save_graph(PerTokenInt8(graph.model).rewrite(), scratch / "fused-int8.onnx")
+
+
+class Calibration(CalibrationDataReader):
+    """96 texts of 3-60 words (not the measured ones), one at a time, unpadded."""
+
+    def __init__(self, model_dir: Path) -> None:
+        encoded = TextTokenizer(model_dir, 256).encode(mixed_texts(96, seed=1))
+        self.feeds = iter(
+            {"input_ids": e.ids[None].astype(np.int64), "attention_mask": np.ones((1, len(e.ids)), np.int64)} for e in encoded
+        )
+
+    def get_next(self) -> dict | None:
+        return next(self.feeds, None)
+
+
+def static(fp32: Path, scratch: Path, model_dir: Path, exclude_after_gelu: bool = False) -> Path:
+    model = onnx.load(str(fp32))
+    excluded = []
+    if exclude_after_gelu:
+        rewriter = PerTokenInt8(model)  # its roles, not its rewrite
+        excluded = [node.name for node in model.graph.node if node.op_type == "MatMul" and node.input[0] in rewriter.weight_consumers
+                    and rewriter.role(node.input[0]) == "after_gelu"]  # fmt: skip
+    target = scratch / f"static-{len(excluded)}.onnx"
+    quantize_static(
+        str(fp32), str(target), Calibration(model_dir), quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],
+        per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_exclude=excluded,
+        calibrate_method=CalibrationMethod.MinMax, extra_options={"MatMulConstBOnly": True},
+    )  # fmt: skip
+    return target
+
+
+RECIPES: dict[str, Callable[[Path, Path, Path], Path]] = {
+    "fused": fused,
+    "static": static,
+    "static, FFN down fp32": lambda fp32, scratch, model_dir: static(fp32, scratch, model_dir, exclude_after_gelu=True),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    tag = bench_tag()
+    model_dir = Path(bentoml.models.get(tag).path)
+    reference_backend, spec, ids = loaded("onnx", tag)
+    reference = np.stack([run_batch(reference_backend, [one], spec.pad_id, settings.token_budget)[0] for one in ids[:256]])
+    threads = settings.runner_threads
+    counts = [1, threads] if threads > 1 else [1]
+    graphs = {"served": loaded("onnx-int8", tag)[0]}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, build in RECIPES.items():
+            graph = build(onnx_dir(model_dir) / FP32, Path(scratch), model_dir)
+            backend = graphs[name] = loaded("onnx-int8", tag)[0]  # its pooling and streams, with the recipe's sessions
+            if signed_int8_is_exact():
+                sessions = [
+                    ort.InferenceSession(str(graph), session_options(count), providers=["CPUExecutionProvider"]) for count in counts
+                ]
+            else:
+                sessions = unsigned_int8_sessions(graph, counts)
+            backend.streams = Streams(*sessions)
+        rates: dict[str, dict[str, list[float]]] = {name: {"alone": [], "sorted-32": []} for name in graphs}
+        for _ in range(args.rounds):  # interleaved: a slow minute of the machine falls on every graph
+            for name, backend in graphs.items():
+                for mode in rates[name]:
+                    rates[name][mode].append(best_rate(backend, spec, ids, mode, 1))
+        rows = {
+            name: {
+                "alone_pass_ms": round(1000 / max(rates[name]["alone"]), 2),
+                "sorted_32_texts_per_s": round(max(rates[name]["sorted-32"]), 1),
+                "fidelity_to_fp32": fidelity(backend, spec, ids[:256], reference),
+            }
+            for name, backend in graphs.items()
+        }
+    served = rows["served"]
+    for row in rows.values():
+        row["sorted_32_over_served"] = round(row["sorted_32_texts_per_s"] / served["sorted_32_texts_per_s"], 3)
+        row["alone_pass_over_served"] = round(row["alone_pass_ms"] / served["alone_pass_ms"], 3)
+    print(rows)
+    precision = graphs["served"].precision
+    write_result("int8-recipes.json", {"threads": threads, "rounds": args.rounds, "int8_kernels": precision, "recipes": rows})
+
+
+if __name__ == "__main__":
+    main()
