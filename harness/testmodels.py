@@ -122,10 +122,11 @@ def build_decoder(directory: Path, tokenizer_dir: Path, config, model_class=None
 CUSTOM_CODE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "rotary_encoder"
 
 
-def build_custom_code_encoder(directory: Path) -> Path:
+def build_custom_code_encoder(directory: Path, position_scheme: str = "rotary") -> Path:
     """A sentence embedder whose architecture is code beside its weights (``auto_map``, as nomic-embed,
-    jina-embeddings and gte ship theirs): ``tests/fixtures/rotary_encoder``'s rotary-position encoder,
-    random weights, the embedded model's tokenizer, mean pooling and Normalize."""
+    jina-embeddings and gte ship theirs): ``tests/fixtures/rotary_encoder``'s encoder with rotary positions
+    (nomic-bert's) or ALiBi (``"alibi"``, jina-bert-v2's), random weights, the embedded model's tokenizer,
+    mean pooling and Normalize."""
     import json
     import shutil
 
@@ -137,7 +138,12 @@ def build_custom_code_encoder(directory: Path) -> Path:
         shutil.copy(CUSTOM_CODE / code, directory / code)
     tokenizer = AutoTokenizer.from_pretrained(str(default_model_dir()))
     auto_map = {"AutoConfig": "configuration_rotary.RotaryEncoderConfig", "AutoModel": "modeling_rotary.RotaryEncoderModel"}
-    config = {"model_type": "rotary-encoder", "architectures": ["RotaryEncoderModel"], "auto_map": auto_map}
+    config = {
+        "model_type": "rotary-encoder",
+        "architectures": ["RotaryEncoderModel"],
+        "auto_map": auto_map,
+        "position_scheme": position_scheme,
+    }
     (directory / "config.json").write_text(json.dumps({**config, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 512}))
     torch.manual_seed(0)
     config = AutoConfig.from_pretrained(str(directory), trust_remote_code=True)

@@ -105,24 +105,13 @@ def test_code_in_another_repository_is_custom_code_too(tmp_path):
     assert custom_code(tmp_path) == {}
 
 
-def test_state_its_code_computes_but_transformers_leaves_uninitialised_is_exported_as_its_code_builds_it(tmp_path):
-    """Code written for transformers 4 that keeps its rotary table as a non-persistent buffer: transformers 5
-    leaves it uninitialised on load (the loaded model computes from stale memory); the graph is traced from
-    the model as its own code builds it, with the loaded weights."""
-    source = build_custom_code_encoder(tmp_path / "rotary-buffer")
-    modeling = source / "modeling_rotary.py"
-    code = modeling.read_text()
-    code = code.replace(
-        "        self.post_init()",
-        "        head_dim = config.hidden_size // config.num_attention_heads\n"
-        "        table = 1.0 / (config.rotary_base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))\n"
-        '        self.register_buffer("inverse", table, persistent=False)\n'
-        "        self.post_init()",
-    )
-    code = code.replace("angles = positions[:, None] * inverse[None, :]", "angles = positions[:, None] * self.inverse[None, :]")
-    assert "self.inverse[None" in code
-    modeling.write_text(code)
-    result = run_import("--path", str(source), "--name", "rotary-buffer", "--trust-remote-code")
+def test_alibi_in_a_buffer_transformers_leaves_uninitialised_is_exported_as_its_code_builds_it(tmp_path):
+    """ALiBi's biases kept as jina-bert-v2 keeps them, a non-persistent buffer for the longest length sliced to each
+    batch's: transformers 5 leaves such a buffer uninitialised on load (the loaded model computes from stale memory);
+    the graph is traced from the model as its own code builds it, with the loaded weights, and slices the table by
+    each pass's length."""
+    source = build_custom_code_encoder(tmp_path / "alibi", position_scheme="alibi")
+    result = run_import("--path", str(source), "--name", "alibi", "--trust-remote-code")
     assert result.returncode == 0, result.stderr
     stored = bentoml.models.get(result.stdout.strip())  # its fp32 graph, in process (served as the test above serves one)
     spec = ModelSpec.of(stored)
@@ -130,3 +119,5 @@ def test_state_its_code_computes_but_transformers_leaves_uninitialised_is_export
     ids = [encoded.ids for encoded in TextTokenizer(stored.path, spec.max_length).encode(TEXTS)]
     graph = np.stack(run_batch(backend, ids, spec.pad_id, token_budget=2048))
     assert np.abs(graph - expected(source, built=True)).max() <= 1e-5
+    alone = np.stack([run_batch(backend, [one], spec.pad_id, token_budget=2048)[0] for one in ids])  # other lengths, other slices
+    assert np.abs(alone - graph).max() <= 1e-5

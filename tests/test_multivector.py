@@ -222,6 +222,20 @@ def test_served_token_vectors_and_rerank_are_pylates(served, colbert_tag, refere
     assert two_queries.status_code == 422 and two_queries.json()["error"]["param"] == "text_1"
 
 
+def test_cohere_v2_rerank_reads_each_document_in_its_first_max_tokens_per_doc(served):
+    """A document read in its first 3 tokens scores as the document made of those 3 (words of one token each)."""
+    documents = ["the cat sat on the mat today", "dogs run fast in the park"]
+
+    def scores(body: dict) -> list[float]:
+        answer = post(served, "/v2/rerank", {"query": QUERIES[0], **body})
+        assert answer.status_code == 200, answer.text
+        return [result["relevance_score"] for result in sorted(answer.json()["results"], key=lambda result: result["index"])]
+
+    cut = scores({"documents": documents, "max_tokens_per_doc": 3})
+    assert np.allclose(cut, scores({"documents": [" ".join(document.split()[:3]) for document in documents]}), atol=1e-6)
+    assert np.abs(np.array(cut) - scores({"documents": documents})).max() > 1e-4  # the cut matters
+
+
 def test_the_json_and_base64_forms_carry_the_same_vectors(served, reference):
     floats = post(served, "/v1/multivector", {"input": DOCUMENTS[:2], "model": "colbert", "prompt_name": "document"}).json()  # PyLate's ""
     packed = post(served, "/v1/multivector", {"input": DOCUMENTS[:2], "encoding_format": "base64"}).json()

@@ -81,6 +81,10 @@ def test_nim_and_jina_fields_map_onto_prompts_truncation_formats_and_normalizati
     for role, name in (("query", "query"), ("passage", "passage"), ("search_document", "passage")):
         assert np.allclose(embed(prompted_url, TEXTS, input_type=role), embed(prompted_url, TEXTS, prompt_name=name), atol=1e-6)
         assert np.allclose(embed(prompted_url, TEXTS, task=name), embed(prompted_url, TEXTS, prompt_name=name), atol=1e-6)
+    for path, version in (("/v2/embed", "2"), ("/v1/embed", "1")):  # Cohere's roles, on both of Cohere's embed routes
+        cohere = requests.post(f"{prompted_url}{path}", json={"texts": TEXTS, "input_type": "search_query"}, timeout=60).json()
+        vectors = cohere["embeddings"]["float"] if version == "2" else cohere["embeddings"]
+        assert np.allclose(vectors, embed(prompted_url, TEXTS, prompt_name="query"), atol=1e-6), path
     long = "a " * 100 + "b " * 300  # past MiniLM's 256 tokens: which side is cut shows
     end, start = embed(prompted_url, [long], truncate="END"), embed(prompted_url, [long], truncate="START")
     assert np.allclose(end, embed(prompted_url, [long]), atol=1e-6) and not np.allclose(start, end, atol=1e-3)
