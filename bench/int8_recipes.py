@@ -8,6 +8,9 @@ length-sorted batches of 32 short texts (``bench.ceiling``), interleaved over ro
 its fidelity to the fp32 graph with the gates' own measures (alone vs in sorted batches too: a recipe
 must not make a text depend on its batch mates). The recipes:
 
+- ``per-token, FFN down fp32`` and ``per-token, Q/K/V fp32``: the served recipe with its most sensitive
+  MatMuls left in fp32 (the FFN's down projections read GELU's one-sided outliers), for deeper models
+  whose fully quantized graph misses the gates;
 - ``fused``: ONNX Runtime's offline transformer fusions (attention's core as ``MultiHeadAttention``,
   which keeps the Q, K and V projections as MatMuls; SkipLayerNorm, BiasGelu), then per-token int8;
 - ``static``: ONNX Runtime's static int8 (QDQ, per-channel weights, activation ranges calibrated on 96
@@ -38,7 +41,7 @@ from models.backends.onnx_backend import Streams, session_options, unsigned_int8
 from models.cpu import signed_int8_is_exact
 from models.inference import run_batch
 from models.onnx_layout import FP32, onnx_dir
-from models.quantize import PerTokenInt8, save_graph
+from models.quantize import SERVED_POLICY, PerTokenInt8, save_graph
 from models.tokenization import TextTokenizer
 from serving.settings import settings
 
@@ -84,7 +87,20 @@ def static(fp32: Path, scratch: Path, model_dir: Path, exclude_after_gelu: bool 
     return target
 
 
+def per_token(policy: dict[str, str]) -> Callable[[Path, Path, Path], Path]:
+    """The served recipe with some MatMuls' inputs left in fp32 (``models.quantize``'s roles)."""
+
+    def build(fp32: Path, scratch: Path, model_dir: Path) -> Path:
+        return save_graph(
+            PerTokenInt8(onnx.load(str(fp32)), {**SERVED_POLICY, **policy}).rewrite(), scratch / f"{len(policy)}-{id(policy)}.onnx"
+        )
+
+    return build
+
+
 RECIPES: dict[str, Callable[[Path, Path, Path], Path]] = {
+    "per-token, FFN down fp32": per_token({"after_gelu": "fp32"}),
+    "per-token, Q/K/V fp32": per_token({"qkv": "fp32"}),
     "fused": fused,
     "static": static,
     "static, FFN down fp32": lambda fp32, scratch, model_dir: static(fp32, scratch, model_dir, exclude_after_gelu=True),
