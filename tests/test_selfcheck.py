@@ -24,8 +24,9 @@ from onnx import numpy_helper
 import models.backends
 from models import cpu
 from models.backends import chosen, load_backend, onnx_backend, self_checked
+from models.inference import run_batch
 from models.onnx_layout import FP32, INT8, onnx_dir
-from models.selfcheck import MAX_FLIPPED_MASS, MEAN_COSINE, MIN_COSINE, Fidelity, agreement, self_check
+from models.selfcheck import MAX_FLIPPED_MASS, MEAN_COSINE, MIN_COSINE, Fidelity, agreement, probe_ids, self_check
 from models.spec import ModelSpec
 from tests.test_onnx import TEXTS, cosines, outputs
 
@@ -59,16 +60,34 @@ def test_the_int8_graph_passes_the_check_here(embed_tag: str):
 
 @pytest.mark.int8
 def test_a_damaged_int8_graph_is_caught_and_never_served(embed_tag: str, tmp_path: Path, caplog, monkeypatch):
+    """The stored int8 graph misses the gates: the one built from the fp32 graph with Q/K/V in fp32 is
+    checked next and served where it passes (batch invariant as the stored one); where it misses too, fp32."""
     directory, spec = model_copy(embed_tag, tmp_path / "damaged")
     damage(onnx_dir(directory) / INT8)
-    monkeypatch.setattr(models.backends, "has_amx_bf16", lambda: False)  # the int8 graph the only candidate
+    monkeypatch.setattr(models.backends, "has_amx_bf16", lambda: False)  # the int8 graphs the only candidates
+    with caplog.at_level(logging.WARNING, logger="textbento"):
+        backend = load_backend("auto", directory, spec, 2)
+    kernels = onnx_backend.SIGNED if cpu.signed_int8_is_exact() else onnx_backend.UNSIGNED
+    assert (backend.name, backend.precision, backend.fidelity.passed) == ("onnx-int8", f"{kernels}, Q/K/V fp32", True), backend.fidelity
+    damaged = next(trial for trial in backend.trials if trial.precision == onnx_backend.UNSIGNED)  # the last stored one tried
+    assert not damaged.fidelity.passed and damaged.fidelity.min_cosine < MIN_COSINE and not damaged.served
+    lines = [record.getMessage() for record in caplog.records if "misses the accuracy gates" in record.getMessage()]
+    assert len(lines) == (2 if cpu.signed_int8_is_exact() else 1)  # u8×s8, then u8×u8: the same damaged weights
+    assert cpu.describe() in lines[-1] and "not a candidate" in lines[-1]
+    ids = list(probe_ids(directory, spec)[:24])
+    alone = [run_batch(backend, [one], spec.pad_id, 4096)[0] for one in ids]
+    assert np.abs(np.stack(alone) - np.stack(run_batch(backend, ids, spec.pad_id, 4096))).max() <= 1e-6
+    # Where the built one misses too, fp32, and the warning says so.
+    check = models.backends.self_check
+    monkeypatch.setattr(
+        models.backends, "self_check", lambda *args: Fidelity(0.9, 0.95, 8, 0.0) if "Q/K/V" in args[0].precision else check(*args)
+    )
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="textbento"):
         backend = load_backend("auto", directory, spec, 2)
     assert (backend.name, backend.precision, backend.fidelity.passed) == ("onnx", "fp32", False), backend.fidelity
-    assert backend.fidelity.min_cosine < MIN_COSINE
     lines = [record.getMessage() for record in caplog.records if "misses the accuracy gates" in record.getMessage()]
-    assert len(lines) == (2 if cpu.signed_int8_is_exact() else 1)  # u8×s8, then u8×u8: the same damaged weights
-    assert cpu.describe() in lines[-1] and f"{backend.fidelity.min_cosine:.4f}" in lines[-1] and "serving fp32" in lines[-1]
+    assert "Q/K/V fp32" in lines[-1] and "serving fp32" in lines[-1]
     # Asked for by name, the damaged graph is served as it is: the check belongs to ``auto``.
     assert load_backend("onnx-int8", directory, spec, 2).fidelity is None
 

@@ -87,7 +87,8 @@ def self_checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> tuple[
     The candidates: the fp16 graph where CUDA is usable (then alone); on a CPU the per-token int8
     graph, its kernels picked from the CPU's flags (``models.cpu``; where they say u8×s8 is exact but
     the check disagrees, as flags and ``cpuid`` can under qemu or some hypervisors, the u8×u8
-    kernels, exact on every x86 class, are checked next), and OpenVINO's bf16 where it is installed
+    kernels, exact on every x86 class, are checked next; where it still misses, the same with the Q/K/V
+    projections left in fp32, built from the fp32 graph), and OpenVINO's bf16 where it is installed
     and the CPU has AMX (docs/design.md 5c: without it bf16 did not hold a lead over int8 of the
     margin, so the start-up it costs is spared). Each that misses the gates is named in one warning.
     """
@@ -103,6 +104,10 @@ def self_checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> tuple[
             missed(fast, "trying uint8 weights (u8×u8 kernels)")
             fast = candidates[0] = OnnxBackend(model_dir, spec, threads, cpu_graph="int8", unsigned=True)
             fast.fidelity = self_check(fast, reference, spec, probe)
+        if not fast.fidelity.passed:  # more faithful, still faster than fp32 (docs/design.md 5b)
+            partly = OnnxBackend(model_dir, spec, threads, cpu_graph="int8", fp32_roles=("qkv",))  # the flags' kernels
+            partly.fidelity = self_check(partly, reference, spec, probe)
+            candidates.append(partly)
         if has_amx_bf16() and importlib.util.find_spec("openvino") is not None:
             from .openvino_backend import OpenVinoBackend
 

@@ -24,6 +24,7 @@ from ..spec import ModelSpec
 from ..tasks import task_of
 
 SIGNED, UNSIGNED = "int8 (u8×s8)", "int8 (u8×u8)"  # the int8 graph's precision, by the kernels it runs on
+FP32_ROLE_NAMES = {"qkv": "Q/K/V", "after_gelu": "FFN down", "other": "other"}  # in a partly int8 graph's precision
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 T = TypeVar("T")
@@ -67,15 +68,32 @@ def unsigned_int8_sessions(path: Path, threads: list[int]) -> list[ort.Inference
     """The stored int8 graph with uint8 weights, for CPUs whose u8×s8 kernels saturate (``models.cpu``)."""
     import onnx  # only here: a VNNI machine serves the stored graph as it is
 
-    from ..quantize import save_graph, unsigned_weights
+    from ..quantize import unsigned_weights
 
-    model = unsigned_weights(onnx.load(str(path)))
+    return rewritten_sessions(unsigned_weights(onnx.load(str(path))), path, threads)
+
+
+def partly_int8_sessions(path: Path, threads: list[int], fp32_roles: tuple[str, ...], unsigned: bool) -> list[ort.InferenceSession]:
+    """The fp32 graph at ``path`` quantized per token as the stored int8 graph is, but for the MatMuls whose
+    inputs play ``fp32_roles`` (``models.quantize``'s), left in fp32: more faithful, slower."""
+    import onnx
+
+    from ..quantize import SERVED_POLICY, PerTokenInt8, unsigned_weights
+
+    model = PerTokenInt8(onnx.load(str(path)), {**SERVED_POLICY, **dict.fromkeys(fp32_roles, "fp32")}).rewrite()
+    return rewritten_sessions(unsigned_weights(model) if unsigned else model, path, threads)
+
+
+def rewritten_sessions(model, path: Path, threads: list[int]) -> list[ort.InferenceSession]:
+    """Sessions of ``model``, a graph rewritten from the stored one at ``path``."""
+    from ..quantize import save_graph
+
     if not external_data(path).is_file():
         graph = model.SerializeToString()
         return [ort.InferenceSession(graph, session_options(count), providers=[CPU]) for count in threads]
     # Past 2 GiB the rewritten graph cannot be serialized into memory either: it goes to a scratch
     # directory (the store may be read-only), which ONNX Runtime no longer needs once it is loaded.
-    with tempfile.TemporaryDirectory(prefix="textbento-uint8-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="textbento-int8-") as scratch:
         return cpu_sessions(save_graph(model, Path(scratch) / path.name, single_file_limit=0), threads)
 
 
@@ -85,9 +103,10 @@ class OnnxBackend:
     With ``cuda``, ``cuda_graph`` (``fp16``, or ``fp32``) runs on the GPU when one is usable; otherwise ``cpu_graph``
     (``fp32`` or ``int8``) runs on the CPU, int8 with uint8 weights where ``unsigned`` (by default
     where the CPU's flags say ONNX Runtime's u8×s8 kernels saturate, ``models.cpu``), each pass in
-    ``Streams``. The int8 graph quantizes each token row on its own (``models.quantize``), so a
-    text's result does not depend on its batch mates, and batches pad and sort like fp32 ones
-    (docs/design.md, 5).
+    ``Streams``; with ``fp32_roles``, an int8 graph built at load from the fp32 one with those MatMuls left
+    in fp32 (``auto``'s fallback where the stored one misses the gates). The int8 graph quantizes each token
+    row on its own (``models.quantize``), so a text's result does not depend on its batch mates, and batches
+    pad and sort like fp32 ones (docs/design.md, 5).
     """
 
     trials = ()
@@ -103,6 +122,7 @@ class OnnxBackend:
         cuda: bool = True,
         cuda_graph: str = "fp16",
         unsigned: bool | None = None,
+        fp32_roles: tuple[str, ...] = (),
     ) -> None:
         self.spec = spec
         self.task = task_of(spec)  # what the backend answers from the graph's output
@@ -125,6 +145,9 @@ class OnnxBackend:
                 unsigned = not signed_int8_is_exact() if unsigned is None else unsigned
                 self.precision = UNSIGNED if unsigned else SIGNED
                 load = unsigned_int8_sessions if unsigned else cpu_sessions
+                if fp32_roles:  # built here from the fp32 graph: a fallback of ``auto``'s, not stored
+                    self.precision += f", {'/'.join(FP32_ROLE_NAMES[role] for role in fp32_roles)} fp32"
+                    graph, load = directory / FP32, partial(partly_int8_sessions, fp32_roles=fp32_roles, unsigned=unsigned)
             self.streams = Streams(*load(graph, [1, threads] if threads > 1 else [1]))
 
     @property
