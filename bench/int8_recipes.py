@@ -3,8 +3,8 @@
     python -m bench.int8_recipes     # → bench/results/int8-recipes.json
 
 On the embedded all-MiniLM-L6-v2 and this machine's int8 kernels, each recipe (``RECIPES``) is built from
-the stored fp32 graph and measured beside the served int8 graph (``auto``'s here): a lone text's pass and
-length-sorted batches of 32 short texts (``bench.ceiling``), interleaved over rounds (best of each), and
+the stored fp32 graph and measured beside the served int8 graph (``auto``'s here) and the fp32 one: a lone
+text's pass and length-sorted batches of 32 short texts (``bench.ceiling``), interleaved over rounds (best of each), and
 its fidelity to the fp32 graph with the gates' own measures (alone vs in sorted batches too: a recipe
 must not make a text depend on its batch mates). The recipes:
 
@@ -117,7 +117,7 @@ def main() -> None:
     reference = np.stack([run_batch(reference_backend, [one], spec.pad_id, settings.token_budget)[0] for one in ids[:256]])
     threads = settings.runner_threads
     counts = [1, threads] if threads > 1 else [1]
-    graphs = {"served": loaded("onnx-int8", tag)[0]}
+    graphs = {"served": loaded("onnx-int8", tag)[0], "fp32": reference_backend}
     with tempfile.TemporaryDirectory() as scratch:
         for name, build in RECIPES.items():
             graph = build(onnx_dir(model_dir) / FP32, Path(scratch), model_dir)
