@@ -84,7 +84,8 @@ async def lone_latencies(url: str, count: int, pause_s: float = 0.0) -> list[flo
 
 def assert_chosen_by_auto(card: dict) -> None:
     """The backend a model card names is what ``auto`` must serve here: fp16 ONNX on a CUDA machine; on a
-    CPU the default candidate that passed its self-check (per-token int8, else fp32), or another that
+    CPU the default candidate that passed its self-check (per-token int8: the stored graph, else the one with
+    Q/K/V in fp32; else fp32), or another that
     passed and ran at least ``MARGIN`` times its texts/s here, each trial on the card as measured."""
     import onnxruntime
     import torch
