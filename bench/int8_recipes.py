@@ -2,7 +2,7 @@
 
     python -m bench.int8_recipes     # → bench/results/int8-recipes.json
 
-On the embedded all-MiniLM-L6-v2 and this machine's int8 kernels, each recipe (``RECIPES``) is built from
+On the embedded all-MiniLM-L6-v2 and this machine's int8 kernels, each recipe (``PARTLY_FP32``, ``RECIPES``) is built from
 the stored fp32 graph and measured beside the served int8 graph (``auto``'s here) and the fp32 one: a lone
 text's pass and length-sorted batches of 32 short texts (``bench.ceiling``), interleaved over rounds (best of each), and
 its fidelity to the fp32 graph with the gates' own measures (alone vs in sorted batches too: a recipe
@@ -37,11 +37,11 @@ from transformers import AutoConfig
 from bench.ceiling import bench_tag, best_rate, fidelity, loaded
 from harness.results import write_result
 from harness.texts import mixed_texts
-from models.backends.onnx_backend import Streams, session_options, unsigned_int8_sessions
+from models.backends.onnx_backend import OnnxBackend, Streams, session_options, unsigned_int8_sessions
 from models.cpu import signed_int8_is_exact
 from models.inference import run_batch
 from models.onnx_layout import FP32, onnx_dir
-from models.quantize import SERVED_POLICY, PerTokenInt8, save_graph
+from models.quantize import PerTokenInt8, save_graph
 from models.tokenization import TextTokenizer
 from serving.settings import settings
 
@@ -87,20 +87,9 @@ def static(fp32: Path, scratch: Path, model_dir: Path, exclude_after_gelu: bool 
     return target
 
 
-def per_token(policy: dict[str, str]) -> Callable[[Path, Path, Path], Path]:
-    """The served recipe with some MatMuls' inputs left in fp32 (``models.quantize``'s roles)."""
-
-    def build(fp32: Path, scratch: Path, model_dir: Path) -> Path:
-        return save_graph(
-            PerTokenInt8(onnx.load(str(fp32)), {**SERVED_POLICY, **policy}).rewrite(), scratch / f"{len(policy)}-{id(policy)}.onnx"
-        )
-
-    return build
-
-
+# Built as ``auto`` builds its fallback (``OnnxBackend(fp32_roles=...)``), by the roles left in fp32.
+PARTLY_FP32 = {"per-token, FFN down fp32": ("after_gelu",), "per-token, Q/K/V fp32": ("qkv",)}
 RECIPES: dict[str, Callable[[Path, Path, Path], Path]] = {
-    "per-token, FFN down fp32": per_token({"after_gelu": "fp32"}),
-    "per-token, Q/K/V fp32": per_token({"qkv": "fp32"}),
     "fused": fused,
     "static": static,
     "static, FFN down fp32": lambda fp32, scratch, model_dir: static(fp32, scratch, model_dir, exclude_after_gelu=True),
@@ -118,6 +107,8 @@ def main() -> None:
     threads = settings.runner_threads
     counts = [1, threads] if threads > 1 else [1]
     graphs = {"served": loaded("onnx-int8", tag)[0], "fp32": reference_backend}
+    for name, roles in PARTLY_FP32.items():
+        graphs[name] = OnnxBackend(model_dir, spec, threads, cpu_graph="int8", cuda=False, fp32_roles=roles)
     with tempfile.TemporaryDirectory() as scratch:
         for name, build in RECIPES.items():
             graph = build(onnx_dir(model_dir) / FP32, Path(scratch), model_dir)
