@@ -15,7 +15,11 @@ must not make a text depend on its batch mates). The recipes:
   which keeps the Q, K and V projections as MatMuls; SkipLayerNorm, BiasGelu), then per-token int8;
 - ``static``: ONNX Runtime's static int8 (QDQ, per-channel weights, activation ranges calibrated on 96
   other texts, min-max: the calibrators by histogram need one shape): invariant by construction, one fixed scale per activation tensor;
-- ``static, FFN down fp32``: the same with the MatMuls after GELU, where the outliers are, left in fp32.
+- ``static, FFN down fp32``: the same with the MatMuls after GELU, where the outliers are, left in fp32;
+- ``per-token, 7-bit weights``: the served recipe with weights of at most 64 in magnitude (ONNX Runtime's
+  ``reduce_range``), which u8×s8 kernels multiply without saturating on every class: where there is no
+  VNNI, the fast kernels instead of u8×u8. ``per-token, 7-bit weights but FFN down``: the FFN's down
+  projections keep 8 bits (there, on u8×u8 kernels: ``unsigned_weights`` leaves 7-bit weights signed).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from models.backends.onnx_backend import OnnxBackend, Streams, session_options, 
 from models.cpu import signed_int8_is_exact
 from models.inference import run_batch
 from models.onnx_layout import FP32, onnx_dir
-from models.quantize import PerTokenInt8, save_graph
+from models.quantize import SEVEN_BIT_LEVELS, PerTokenInt8, save_graph
 from models.tokenization import TextTokenizer
 from serving.settings import settings
 
@@ -87,12 +91,19 @@ def static(fp32: Path, scratch: Path, model_dir: Path, exclude_after_gelu: bool 
     return target
 
 
+def seven_bit(fp32: Path, scratch: Path, roles: tuple[str, ...]) -> Path:
+    levels = dict.fromkeys(roles, SEVEN_BIT_LEVELS)
+    return save_graph(PerTokenInt8(onnx.load(str(fp32)), weight_levels=levels).rewrite(), scratch / f"7-bit-{len(roles)}.onnx")
+
+
 # Built as ``auto`` builds its fallback (``OnnxBackend(fp32_roles=...)``), by the roles left in fp32.
 PARTLY_FP32 = {"per-token, FFN down fp32": ("after_gelu",), "per-token, Q/K/V fp32": ("qkv",)}
 RECIPES: dict[str, Callable[[Path, Path, Path], Path]] = {
     "fused": fused,
     "static": static,
     "static, FFN down fp32": lambda fp32, scratch, model_dir: static(fp32, scratch, model_dir, exclude_after_gelu=True),
+    "per-token, 7-bit weights": lambda fp32, scratch, _: seven_bit(fp32, scratch, ("qkv", "after_gelu", "other")),
+    "per-token, 7-bit weights but FFN down": lambda fp32, scratch, _: seven_bit(fp32, scratch, ("qkv", "other")),
 }
 
 

@@ -36,19 +36,27 @@ GELU_OPS = {"Gelu", "BiasGelu", "FastGelu", "QuickGelu", "Erf"}
 SERVED_POLICY = {"qkv": "asymmetric", "after_gelu": "asymmetric", "other": "asymmetric"}
 
 
-def weight_int8(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 ``[K, N]`` weights and their float32 scale per output channel."""
-    scale = np.abs(weight).max(axis=0) / 127.0
+# Where u8×s8 kernels saturate (no VNNI, ``models.cpu``), weights of at most 64 in magnitude cannot:
+# 255 × 64 × 2 < 32,767. 7-bit weights then run the fast kernels exactly, at half the weights' precision.
+INT8_LEVELS, SEVEN_BIT_LEVELS = 127, 64
+
+
+def weight_int8(weight: np.ndarray, levels: int = INT8_LEVELS) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 ``[K, N]`` weights in ``[-levels, levels]`` and their float32 scale per output channel."""
+    scale = np.abs(weight).max(axis=0) / float(levels)
     scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
-    return np.clip(np.round(weight / scale), -127, 127).astype(np.int8), scale
+    return np.clip(np.round(weight / scale), -levels, levels).astype(np.int8), scale
 
 
 class PerTokenInt8:
     """Rewrites the weight MatMuls of one graph; each activation is quantized once for all its MatMuls."""
 
-    def __init__(self, model: onnx.ModelProto, policy: dict[str, str] = SERVED_POLICY) -> None:
+    def __init__(self, model: onnx.ModelProto, policy: dict[str, str] = SERVED_POLICY, weight_levels: dict[str, int] | None = None) -> None:
+        """``policy``: how each role's input rows are quantized; ``weight_levels``: the weights' largest
+        integer by role (``INT8_LEVELS`` where not given)."""
         self.model = model
         self.policy = policy
+        self.weight_levels = weight_levels or {}
         self.graph = model.graph
         self.weights = {init.name: init for init in self.graph.initializer}
         self.producer = {output: node for node in self.graph.node for output in node.output}
@@ -67,12 +75,13 @@ class PerTokenInt8:
         for node in self.graph.node:
             weight = self.weights.get(node.input[1]) if node.op_type == "MatMul" else None
             array = numpy_helper.to_array(weight) if weight is not None else None
-            mode = self.policy[self.role(node.input[0])] if array is not None and array.ndim == 2 else "fp32"
+            role = self.role(node.input[0]) if array is not None and array.ndim == 2 else None
+            mode = self.policy[role] if role else "fp32"
             if mode == "fp32":
                 self.nodes.append(node)
                 continue
             replaced.add(weight.name)
-            self.matmul(node, array, symmetric=mode == "symmetric")
+            self.matmul(node, array, symmetric=mode == "symmetric", levels=self.weight_levels.get(role, INT8_LEVELS))
         del self.graph.node[:]
         self.graph.node.extend(self.nodes)
         kept = [init for init in self.graph.initializer if init.name not in replaced]
@@ -148,11 +157,11 @@ class PerTokenInt8:
         self.quantized[activation] = (quantized, self.column(scale, p + "scale_column"), zero, leading)
         return self.quantized[activation]
 
-    def matmul(self, node: onnx.NodeProto, weight: np.ndarray, symmetric: bool) -> None:
+    def matmul(self, node: onnx.NodeProto, weight: np.ndarray, symmetric: bool, levels: int) -> None:
         k, n = weight.shape
         p = f"{node.name or node.output[0]}_int8_"
         c = self.const
-        w_q, w_scale = weight_int8(weight)
+        w_q, w_scale = weight_int8(weight, levels)
         quantized, scale, zero, leading = self.rows(node.input[0], k, symmetric)
         kernel_inputs = [quantized, c(p + "w", w_q), c("q_1f", np.float32(1)), c(p + "w_scale", w_scale)]
         if zero is None:
@@ -195,7 +204,8 @@ def unsigned_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     The values the kernel multiplies are unchanged (it subtracts the zero point 128 again), so the
     result is the graph's exact arithmetic on every CPU, while ONNX Runtime's u8×s8 kernels
     saturate where there is no VNNI (``models.cpu``). Done at load, not stored: a model imported
-    on one machine is served on others, and the stored graph stays the one fast on VNNI.
+    on one machine is served on others, and the stored graph stays the one fast on VNNI. Weights
+    within ``SEVEN_BIT_LEVELS`` cannot saturate those kernels and stay int8, on the faster ones.
     """
     weights = {init.name: init for init in model.graph.initializer}
     zero = "q_128_weights"
@@ -204,7 +214,10 @@ def unsigned_weights(model: onnx.ModelProto) -> onnx.ModelProto:
         weight = weights.get(node.input[1]) if node.op_type == "MatMulIntegerToFloat" else None
         if weight is None or weight.data_type != TensorProto.INT8:
             continue
-        shifted = (numpy_helper.to_array(weight).astype(np.int16) + 128).astype(np.uint8)
+        signed = numpy_helper.to_array(weight).astype(np.int16)
+        if np.abs(signed).max() <= SEVEN_BIT_LEVELS:
+            continue
+        shifted = (signed + 128).astype(np.uint8)
         weight.CopyFrom(numpy_helper.from_array(shifted, weight.name))
         inputs = list(node.input) + [""] * (6 - len(node.input))  # A, B, a_scale, b_scale, a_zero_point, b_zero_point
         inputs[5] = zero

@@ -295,6 +295,42 @@ def test_per_tensor_int8_would_miss_the_gate(embed_tag: str, tmp_path: Path):
     assert cosine.min() < 0.99, cosine.min()
 
 
+def test_seven_bit_weights_stay_where_u8s8_kernels_cannot_saturate(embed_tag: str):
+    """``weight_levels`` bounds the weights of the roles given (the 7-bit recipe of ``bench.int8_recipes``), and only those."""
+    import onnx
+    from onnx import numpy_helper
+
+    from models.quantize import INT8_LEVELS, SEVEN_BIT_LEVELS, PerTokenInt8
+
+    assert 255 * SEVEN_BIT_LEVELS * 2 <= 32767  # vpmaddubsw's pair of products, in int16
+
+    def largest_weights(**levels: int) -> list[int]:
+        model = PerTokenInt8(onnx.load(str(onnx_dir(bentoml.models.get(embed_tag).path) / FP32)), weight_levels=levels).rewrite()
+        weights = {init.name: init for init in model.graph.initializer}
+        kernels = [node for node in model.graph.node if node.op_type == "MatMulIntegerToFloat"]
+        return sorted({int(np.abs(numpy_helper.to_array(weights[node.input[1]]).astype(int)).max()) for node in kernels})
+
+    assert largest_weights() == [INT8_LEVELS]
+    assert largest_weights(qkv=SEVEN_BIT_LEVELS, after_gelu=SEVEN_BIT_LEVELS, other=SEVEN_BIT_LEVELS) == [SEVEN_BIT_LEVELS]
+    assert largest_weights(qkv=SEVEN_BIT_LEVELS) == [SEVEN_BIT_LEVELS, INT8_LEVELS]
+
+
+def test_uint8_weights_only_where_int8_ones_could_saturate(embed_tag: str):
+    """Where u8×s8 kernels saturate, the 8-bit weights move to u8×u8 kernels; 7-bit ones stay on u8×s8."""
+    import onnx
+    from onnx import TensorProto
+
+    from models.quantize import SEVEN_BIT_LEVELS, PerTokenInt8, unsigned_weights
+
+    fp32 = onnx.load(str(onnx_dir(bentoml.models.get(embed_tag).path) / FP32))
+    model = unsigned_weights(PerTokenInt8(fp32, weight_levels={"qkv": SEVEN_BIT_LEVELS}).rewrite())
+    weights = {init.name: init.data_type for init in model.graph.initializer}
+    kinds = [(weights[node.input[1]], "q_128_weights" in node.input) for node in model.graph.node if node.op_type == "MatMulIntegerToFloat"]
+    assert kinds.count((TensorProto.INT8, False)) == 3 * 6  # Q, K and V of 6 layers
+    assert kinds.count((TensorProto.UINT8, True)) == 3 * 6  # attention's output, the FFN's two
+    assert len(kinds) == 6 * 6
+
+
 def test_default_labels_agree_with_torch(topic_classifier_tag: str):
     """Labels of the default backend vs transformers, on every text whose label torch decides.
 
