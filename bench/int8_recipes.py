@@ -1,6 +1,7 @@
 """Candidate int8 recipes against the served per-token graph, in process: faster, and as faithful?
 
     python -m bench.int8_recipes     # → bench/results/int8-recipes.json
+    qemu-x86_64 -cpu Haswell .venv/bin/python -m bench.int8_recipes --fidelity-only --recipes ...   # AVX2's kernels, emulated
 
 On the embedded all-MiniLM-L6-v2 and this machine's int8 kernels, each recipe (``PARTLY_FP32``, ``RECIPES``) is built from
 the stored fp32 graph and measured beside the served int8 graph (``auto``'s here) and the fp32 one: a lone
@@ -110,7 +111,12 @@ RECIPES: dict[str, Callable[[Path, Path, Path], Path]] = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--recipes", nargs="+", choices=[*PARTLY_FP32, *RECIPES], help="these only (default: all)")
+    parser.add_argument(
+        "--fidelity-only", action="store_true", help="no timings (under an emulator): → bench/results/int8-recipes-fidelity.json"
+    )
     args = parser.parse_args()
+    chosen = args.recipes or [*PARTLY_FP32, *RECIPES]
     tag = bench_tag()
     model_dir = Path(bentoml.models.get(tag).path)
     reference_backend, spec, ids = loaded("onnx", tag)
@@ -118,11 +124,12 @@ def main() -> None:
     threads = settings.runner_threads
     counts = [1, threads] if threads > 1 else [1]
     graphs = {"served": loaded("onnx-int8", tag)[0], "fp32": reference_backend}
-    for name, roles in PARTLY_FP32.items():
-        graphs[name] = OnnxBackend(model_dir, spec, threads, cpu_graph="int8", cuda=False, fp32_roles=roles)
+    for name in chosen:
+        if name in PARTLY_FP32:
+            graphs[name] = OnnxBackend(model_dir, spec, threads, cpu_graph="int8", cuda=False, fp32_roles=PARTLY_FP32[name])
     with tempfile.TemporaryDirectory() as scratch:
-        for name, build in RECIPES.items():
-            graph = build(onnx_dir(model_dir) / FP32, Path(scratch), model_dir)
+        for name in [name for name in chosen if name in RECIPES]:
+            graph = RECIPES[name](onnx_dir(model_dir) / FP32, Path(scratch), model_dir)
             backend = graphs[name] = loaded("onnx-int8", tag)[0]  # its pooling and streams, with the recipe's sessions
             if signed_int8_is_exact():
                 sessions = [
@@ -131,25 +138,25 @@ def main() -> None:
             else:
                 sessions = unsigned_int8_sessions(graph, counts)
             backend.streams = Streams(*sessions)
+        precision = graphs["served"].precision
+        rows = {name: {"fidelity_to_fp32": fidelity(backend, spec, ids[:256], reference)} for name, backend in graphs.items()}
+        if args.fidelity_only:
+            print(rows)
+            write_result("int8-recipes-fidelity.json", {"int8_kernels": precision, "recipes": rows})
+            return
         rates: dict[str, dict[str, list[float]]] = {name: {"alone": [], "sorted-32": []} for name in graphs}
         for _ in range(args.rounds):  # interleaved: a slow minute of the machine falls on every graph
             for name, backend in graphs.items():
                 for mode in rates[name]:
                     rates[name][mode].append(best_rate(backend, spec, ids, mode, 1))
-        rows = {
-            name: {
-                "alone_pass_ms": round(1000 / max(rates[name]["alone"]), 2),
-                "sorted_32_texts_per_s": round(max(rates[name]["sorted-32"]), 1),
-                "fidelity_to_fp32": fidelity(backend, spec, ids[:256], reference),
-            }
-            for name, backend in graphs.items()
-        }
+    for name, row in rows.items():
+        row["alone_pass_ms"] = round(1000 / max(rates[name]["alone"]), 2)
+        row["sorted_32_texts_per_s"] = round(max(rates[name]["sorted-32"]), 1)
     served = rows["served"]
     for row in rows.values():
         row["sorted_32_over_served"] = round(row["sorted_32_texts_per_s"] / served["sorted_32_texts_per_s"], 3)
         row["alone_pass_over_served"] = round(row["alone_pass_ms"] / served["alone_pass_ms"], 3)
     print(rows)
-    precision = graphs["served"].precision
     write_result("int8-recipes.json", {"threads": threads, "rounds": args.rounds, "int8_kernels": precision, "recipes": rows})
 
 
