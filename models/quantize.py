@@ -209,7 +209,6 @@ def unsigned_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """
     weights = {init.name: init for init in model.graph.initializer}
     zero = "q_128_weights"
-    model.graph.initializer.append(numpy_helper.from_array(np.uint8(128), zero))
     for node in model.graph.node:
         weight = weights.get(node.input[1]) if node.op_type == "MatMulIntegerToFloat" else None
         if weight is None or weight.data_type != TensorProto.INT8:
@@ -223,6 +222,8 @@ def unsigned_weights(model: onnx.ModelProto) -> onnx.ModelProto:
         inputs[5] = zero
         del node.input[:]
         node.input.extend(inputs)
+    if any(zero in node.input for node in model.graph.node):  # an unused initializer gets a warning from ONNX Runtime
+        model.graph.initializer.append(numpy_helper.from_array(np.uint8(128), zero))
     return model
 
 
