@@ -208,7 +208,7 @@ def unsigned_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     within ``SEVEN_BIT_LEVELS`` cannot saturate those kernels and stay int8, on the faster ones.
     """
     weights = {init.name: init for init in model.graph.initializer}
-    zero = "q_128_weights"
+    zero, shifted_any = "q_128_weights", False
     for node in model.graph.node:
         weight = weights.get(node.input[1]) if node.op_type == "MatMulIntegerToFloat" else None
         if weight is None or weight.data_type != TensorProto.INT8:
@@ -222,7 +222,8 @@ def unsigned_weights(model: onnx.ModelProto) -> onnx.ModelProto:
         inputs[5] = zero
         del node.input[:]
         node.input.extend(inputs)
-    if any(zero in node.input for node in model.graph.node):  # an unused initializer gets a warning from ONNX Runtime
+        shifted_any = True
+    if shifted_any:  # only where used: ONNX Runtime warns of an unused initializer
         model.graph.initializer.append(numpy_helper.from_array(np.uint8(128), zero))
     return model
 
