@@ -159,7 +159,9 @@ def test_the_encoder_leaves_out_texts_given_up_or_overdue_and_answers_the_rest(m
 @pytest.fixture(scope="module")
 def url(embed_tag, logs):
     # One worker with six calls in flight: long requests in five hold the Encoder for seconds while a sixth is free.
-    with running(embed_tag, logs, "gone", TEXTBENTO_WORKERS="1", TEXTBENTO_CALLS_IN_FLIGHT="6") as server:
+    # The timeout (and with it the batcher's shedding) is 300 s, not 60: twelve long requests take ~50 s on a
+    # 2-core AVX2-only CPU, and a long one timed out or shed is not what these tests are about.
+    with running(embed_tag, logs, "gone", TEXTBENTO_WORKERS="1", TEXTBENTO_CALLS_IN_FLIGHT="6", TEXTBENTO_TIMEOUT_S="300") as server:
         yield server.url
 
 
