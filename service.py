@@ -55,7 +55,8 @@ class Encoder:
         spec, threads = ModelSpec.of(self.model), settings.runner_threads
         self.engine = Engine(self.model.path, spec, settings.backend, threads, settings.token_budget, settings.trust_remote_code)
         self.dropped = Dropped(keep_s=settings.backstop_timeout_s)  # texts of requests given up, or overdue
-        self.drain = Drain(quiet_s=1.0, longest_s=settings.drain_longest_s)  # on SIGTERM, the last calls answered first
+        # on SIGTERM, the Encoder stays until its callers (the API workers' connections) are gone
+        self.drain = Drain(quiet_s=1.0, longest_s=settings.drain_longest_s, callers=open_connections)
         self.drain.postpone_sigterm()
         limit_connections(
             header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s, keep_alive_s=ENCODER_KEEP_ALIVE_S

@@ -4,8 +4,12 @@ SIGTERM reaches every process of ``bentoml serve`` at once (a container stop, ``
 process group, the arbiter stopping its workers). Each API worker then finishes the requests it
 accepted, and for that it still needs the Encoder; but the Encoder's uvicorn stops taking calls
 on the same signal and BentoML cancels the calls waiting in its batcher: accepted requests would
-be answered 503 at shutdown (docs/design.md 7). So the Encoder postpones its own exit until it has run no
-batch for ``quiet_s`` (its callers are done), and never by more than ``longest_s``.
+be answered 503 at shutdown (docs/design.md 7). So the Encoder postpones its own exit until its callers
+are done, and never by more than ``longest_s``: until it has run no batch for ``quiet_s`` and no caller
+holds a connection to it. A quiet spell alone is not proof: an API worker on a starved CPU can still be
+reading or tokenizing an accepted request a second after its last call. Its keep-alive connection to
+the Encoder stays open until it exits (or idles out after ``ENCODER_KEEP_ALIVE_S``); the spell covers a
+worker that has not reconnected yet.
 """
 
 from __future__ import annotations
@@ -13,16 +17,17 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
 class Drain:
-    """Counts the batches in progress; ``postpone_sigterm`` defers the process's SIGTERM handler."""
+    """Counts the batches in progress; ``postpone_sigterm`` defers the process's SIGTERM handler while they, or callers, last."""
 
-    def __init__(self, quiet_s: float, longest_s: float) -> None:
+    def __init__(self, quiet_s: float, longest_s: float, callers: Callable[[], int] = lambda: 0) -> None:
         self.quiet_s = quiet_s
         self.longest_s = longest_s
+        self.callers = callers  # connections open to this process's server now
         self.in_progress = 0
         self.last_active = time.monotonic()
         self.lock = threading.Lock()
@@ -60,6 +65,6 @@ class Drain:
 
     def then_stop(self, server_handler, signum: int, frame) -> None:
         deadline = time.monotonic() + self.longest_s
-        while self.idle_for() < self.quiet_s and time.monotonic() < deadline:
+        while (self.idle_for() < self.quiet_s or self.callers()) and time.monotonic() < deadline:
             time.sleep(0.05)
         server_handler(signum, frame)

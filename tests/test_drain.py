@@ -1,4 +1,4 @@
-"""serving.drain: SIGTERM reaches the server's handler only once no batch has run for a while."""
+"""serving.drain: SIGTERM reaches the server's handler only once no batch has run for a while and no caller is connected."""
 
 from __future__ import annotations
 
@@ -23,6 +23,20 @@ def test_sigterm_waits_for_the_batches_then_a_quiet_spell():
         ended = time.monotonic()
         assert stopped.wait(5)
         assert time.monotonic() - ended >= 0.25
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_waits_while_a_caller_stays_connected_after_the_quiet_spell():
+    stopped, callers = threading.Event(), [1]
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
+    try:
+        drain = Drain(quiet_s=0.1, longest_s=10, callers=lambda: callers[0])
+        drain.postpone_sigterm()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert not stopped.wait(0.6)  # quiet, but an API worker still holds its connection: it may have work left
+        callers[0] = 0  # the worker exited
+        assert stopped.wait(5)
     finally:
         signal.signal(signal.SIGTERM, previous)
 

@@ -248,6 +248,8 @@ def test_sigterm_answers_accepted_requests_then_exits(embed_tag, logs):
                 except aiohttp.ClientError as error:
                     return type(error).__name__, None
 
+            # An upload still arriving at the signal, on a connection whose API worker has called the Encoder.
+            upload = await UploadAfterAnother.open(server.url)
             # The signal comes with the first answer, whatever the machine's speed: the others are in flight,
             # and what is left is seconds of work on a slow CPU, not the half minute a fixed load can be there.
             accepted = [asyncio.create_task(one(i)) for i in range(16)]
@@ -255,9 +257,12 @@ def test_sigterm_answers_accepted_requests_then_exits(embed_tag, logs):
             exits.start()
             os.killpg(server.process.pid, signal.SIGTERM)
             answers = await asyncio.gather(*accepted)
+            # The Encoder has run no batch for longer than its quiet spell (1 s), but a caller still needs it.
+            await asyncio.sleep(2.0)
+            uploaded = await upload.finish()
             asked = time.monotonic()
             late = await one(99)
-            return answers, len(in_flight), (late[0], time.monotonic() - asked)
+            return answers + [uploaded], len(in_flight), (late[0], time.monotonic() - asked)
 
     with running(embed_tag, logs, "drain") as server:
         exits = ExitTimes(server.process.pid)
@@ -267,12 +272,61 @@ def test_sigterm_answers_accepted_requests_then_exits(embed_tag, logs):
         elapsed = time.monotonic() - started
         exits.join(timeout=1)
     print("\nSIGTERM:", answers, f"{in_flight} in flight at the signal;", late, f"exited after {elapsed:.1f} s;", exits)
-    # The Encoder postpones its exit until the API workers' last calls are answered (serving/drain.py).
+    # The Encoder postpones its exit until the API workers' last calls are answered (serving/drain.py),
+    # the upload's too, though its call came after a quiet spell.
     assert in_flight >= 8 and [status for status, _ in answers] == [200] * len(answers), (in_flight, answers)
+    assert answers[-1] == (200, True), answers[-1]
     refusal, waited_s = late
     # refused once the Encoder has exited and the arbiter closed the socket (seconds on a slow machine), not hung
     assert refusal in {"ClientConnectorError", "ClientOSError", "ServerDisconnectedError"} and waited_s < 30, (late, exits)
     assert elapsed < 60, exits
+
+
+class UploadAfterAnother:
+    """On one keep-alive connection (so one API worker): an embeddings request answered, then a second one's
+    headers and half its body; ``finish`` sends the rest and returns the status, and whether it has a vector."""
+
+    BODY = b'{"input": ["a request still uploading when the server was told to stop"]}'
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, url: str) -> "UploadAfterAnother":
+        host, port = url.removeprefix("http://").split(":")
+        upload = cls(*await asyncio.open_connection(host, int(port)))
+        upload.send_head()
+        upload.writer.write(cls.BODY)
+        assert (await upload.answer())[0] == 200
+        upload.send_head()
+        upload.writer.write(cls.BODY[:20])
+        await upload.writer.drain()
+        return upload
+
+    def send_head(self) -> None:
+        self.writer.write(
+            b"POST /v1/embeddings HTTP/1.1\r\nHost: textbento\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(self.BODY)
+        )
+
+    async def answer(self) -> tuple[int | str, bool]:
+        try:
+            status = int((await self.reader.readline()).split()[1])
+            length = 0
+            while (line := await self.reader.readline()) not in {b"\r\n", b""}:
+                name, _, value = line.decode().partition(":")
+                length = int(value) if name.lower() == "content-length" else length
+            body = await self.reader.readexactly(length)
+        except (ConnectionError, IndexError, asyncio.IncompleteReadError) as error:
+            return type(error).__name__, False
+        return status, b'"embedding"' in body
+
+    async def finish(self) -> tuple[int | str, bool]:
+        self.writer.write(self.BODY[20:])
+        await self.writer.drain()
+        answered = await self.answer()
+        self.writer.close()
+        return answered
 
 
 class ExitTimes(threading.Thread):
