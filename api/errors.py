@@ -62,7 +62,7 @@ ERRORS = {
     408: "request body not received within the body timeout",
     429: "too many requests in flight (Retry-After)",
     500: "the model failed on an input, or answered a number that is not finite",
-    503: "the model's Encoder overloaded or unavailable (Retry-After)",
+    503: "the model's Encoder overloaded or unavailable, or the worker holding too many request bodies (Retry-After)",
     504: "not answered within the timeout (Retry-After)",
 }
 # Declared on every route, so the OpenAPI schema tells clients (and schemathesis) the real shape.

@@ -101,13 +101,23 @@ class JsonBodyOnly:
 
 
 class BodySizeLimit:
-    """413 for bodies over ``max_bytes``: by Content-Length up front, or counted while streaming."""
+    """413 for a body over ``max_bytes``: by Content-Length up front, or counted while streaming. 503 for a body
+    that would take the bytes this worker holds, of the bodies of the requests it reads or answers, past
+    ``budget_bytes``: a body is held whole before admission (``ReadBodyFirst``), so without it a few thousand
+    clients uploading at once would hold connections × ``max_bytes`` of memory. Bytes are counted as they
+    arrive, not as declared: an upload that stalls holds its connection, not its Content-Length.
+    """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, budget_bytes: int) -> None:
+        self.app, self.max_bytes, self.budget_bytes = app, max_bytes, budget_bytes
+        self.held = 0  # bytes of the bodies of this worker's requests in progress
 
     def too_large(self) -> APIError:
         return APIError(413, "body_too_large", f"request body is larger than {self.max_bytes} bytes")
+
+    def over_budget(self) -> APIError:
+        message = f"the request bodies this worker holds would pass {self.budget_bytes} bytes; retry shortly"
+        return APIError(503, "body_budget", message, retry_after=1)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -120,12 +130,19 @@ class BodySizeLimit:
         async def counted() -> Message:
             nonlocal received
             message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.max_bytes:
+            size = len(message.get("body", b""))
+            if received + size > self.max_bytes:
                 raise self.too_large()
+            if self.held + size > self.budget_bytes:
+                raise self.over_budget()
+            received += size
+            self.held += size
             return message
 
-        await self.app(scope, counted, send)
+        try:
+            await self.app(scope, counted, send)
+        finally:
+            self.held -= received
 
 
 class ReadBodyFirst:
@@ -264,9 +281,9 @@ class CancelWhenGone:
 def guard(app: FastAPI) -> None:
     """The guards in front of ``app``'s routes, outermost first: work cancelled for clients gone and the
     deadline read, answers counted, queries that are not UTF-8 refused, JSON bodies only, at most
-    ``max_body_bytes``, read whole within ``body_timeout_s`` before any route runs."""
+    ``max_body_bytes`` (and ``body_budget_bytes`` of them at once), read whole within ``body_timeout_s`` before any route runs."""
     app.add_middleware(ReadBodyFirst, timeout_s=settings.body_timeout_s)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, budget_bytes=settings.body_budget_bytes)
     app.add_middleware(JsonBodyOnly)
     app.add_middleware(Utf8Query)
     app.add_middleware(CountAnswers, routes=lambda: app.openapi()["paths"])  # the declared routes

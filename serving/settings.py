@@ -77,6 +77,11 @@ class Settings(BaseSettings):
         2**22, ge=1, description="most numbers in one token-vector or sparse answer: tokens × dimensions, or non-zero weights (more → 413)"
     )
     max_body_bytes: int = Field(8 * 2**20, ge=1024, description="largest request body (larger → 413)")
+    body_budget_bytes: int = Field(
+        128 * 2**20,
+        ge=1024,
+        description="bytes of request bodies an API worker holds at once, of the requests it reads or answers (more → 503)",
+    )
     # serving/connections.py. Each open connection holds a file descriptor: see docs/operations.md on sizing the pod's limit.
     header_timeout_s: float = Field(
         10.0, gt=0, description="a connection whose request headers are not complete this long after its first byte is closed"
@@ -111,6 +116,11 @@ class Settings(BaseSettings):
         if self.max_latency_ms is None:
             self.max_latency_ms = self.timeout_s * 1000  # shed only what would time out anyway
         self.keys()  # a key setting that yields no key refuses to start, in every process, before anything loads
+        if self.body_budget_bytes < self.max_body_bytes:
+            budget, largest = self.body_budget_bytes, self.max_body_bytes
+            raise ValueError(
+                f"TEXTBENTO_BODY_BUDGET_BYTES ({budget}) is under TEXTBENTO_MAX_BODY_BYTES ({largest}): no largest body would fit"
+            )
         return self
 
     @property

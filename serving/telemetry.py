@@ -37,6 +37,7 @@ REJECTIONS = {
     "unhealthy": "unavailable",
     "timeout": "timeout",
     "body_timeout": "slow_body",
+    "body_budget": "body_budget",
 }
 
 

@@ -1,5 +1,6 @@
 """Connection timeouts (serving/connections.py, serving/compat/uvicorn_connections.py, api/middleware.ReadBodyFirst):
-slow clients are cut off, slow uploads answered 408 without holding an admission slot, idle connections closed.
+slow clients are cut off, slow uploads answered 408 without holding an admission slot, idle connections closed,
+the bytes of bodies a worker holds at once bounded (api.middleware.BodySizeLimit).
 That the Encoder never closes an idle connection its client may still reuse is pinned in tests/test_compat.py."""
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from pydantic import ValidationError
 
+from api.middleware import BodySizeLimit, ReadBodyFirst, read_body
+from serving.settings import Settings, settings
 from tests.conftest import lone_latencies, running
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,6 +28,7 @@ SLOW_CLIENTS = 2000
 HEADER_TIMEOUT_S = 3
 BODY_TIMEOUT_S = 3
 MAX_CONCURRENCY = 4  # per API worker: a few stalled uploads would fill it, were they admitted before their body
+BODY_BUDGET_BYTES = 8 * 2**20  # per API worker: one 5 MB upload in progress, not two
 
 
 def test_the_open_files_limit_is_raised_to_the_hard_limit():
@@ -62,6 +67,7 @@ def guarded_server(embed_tag, logs):
         "TEXTBENTO_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
         "TEXTBENTO_KEEP_ALIVE_S": "2",
         "TEXTBENTO_MAX_CONCURRENCY": str(MAX_CONCURRENCY),
+        "TEXTBENTO_BODY_BUDGET_BYTES": str(BODY_BUDGET_BYTES),
     }
     with running(embed_tag, logs, "connections", **env) as server:
         yield server
@@ -156,6 +162,89 @@ def test_slow_uploads_get_408_and_hold_no_admission_slot(guarded_server):
         assert BODY_TIMEOUT_S - 0.5 < seconds < BODY_TIMEOUT_S + 10
     metrics = requests.get(f"{url}/metrics", timeout=10).text
     assert float(re.search(r'textbento_rejected_total\{reason="slow_body"\} (\S+)', metrics)[1]) == stalled + trickling
+
+
+async def asgi_request(app, path: str, chunks: list[bytes]) -> tuple[int, dict, bytes]:
+    """One request through ``app``, its body in ``chunks``: the status, headers and body it answered."""
+    messages = [{"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1} for i, chunk in enumerate(chunks)]
+    sent = []
+
+    async def receive():
+        return messages.pop(0) if messages else await asyncio.Event().wait()
+
+    async def send(message):
+        sent.append(message)
+
+    await app({"type": "http", "method": "POST", "path": path, "headers": []}, receive, send)
+    return sent[0]["status"], {k.decode(): v.decode() for k, v in sent[0]["headers"]}, b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_bodies_past_the_workers_budget_get_503_and_every_byte_is_given_back():
+    async def scenario():
+        release = asyncio.Event()
+
+        async def route(scope, receive, send):  # /hold keeps its body (and its request) until released
+            await read_body(receive)
+            if scope["path"] == "/hold":
+                await release.wait()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        guarded = BodySizeLimit(ReadBodyFirst(route, timeout_s=5), max_bytes=800, budget_bytes=1000)
+        held = asyncio.create_task(asgi_request(guarded, "/hold", [b"a" * 300, b"a" * 300]))
+        while guarded.held < 600:
+            await asyncio.sleep(0.01)
+        over = await asgi_request(guarded, "/v1/embeddings", [b"b" * 300, b"b" * 300])  # 1,200 bytes held at its second chunk
+        after_over = guarded.held
+        fits = await asgi_request(guarded, "/v1/embeddings", [b"c" * 400])  # exactly the budget
+        release.set()
+        held = await held
+        too_large = await asgi_request(guarded, "/v1/embeddings", [b"d" * 500, b"d" * 400])
+        return held, over, after_over, fits, too_large, guarded.held
+
+    held, over, after_over, fits, too_large, left = asyncio.run(scenario())
+    status, headers, body = over
+    assert status == 503 and headers["retry-after"] == "1" and json.loads(body)["error"]["type"] == "body_budget", over
+    assert after_over == 600  # the refused body's 300 bytes given back at once
+    assert fits[0] == held[0] == 200 and too_large[0] == 413
+    assert left == 0
+
+
+def test_a_body_budget_under_the_largest_body_refuses_to_start():
+    with pytest.raises(ValidationError, match="TEXTBENTO_BODY_BUDGET_BYTES .2048. is under TEXTBENTO_MAX_BODY_BYTES .4096."):
+        Settings(body_budget_bytes=2048, max_body_bytes=4096)
+    assert Settings(body_budget_bytes=4096, max_body_bytes=4096).body_budget_bytes == 4096
+
+
+def test_uploads_past_the_workers_body_budget_get_503_not_memory(guarded_server):
+    """More uploads of 5 MB at once than the API workers can hold (one each, at 8 MiB): the rest get 503 as their
+    bytes arrive, and are counted; those held get 408 at the body deadline, as they never finish."""
+    host, port = guarded_server.url.removeprefix("http://").split(":")
+    workers = settings.api_workers
+    uploads = workers + 4
+
+    async def upload() -> bytes:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(UPLOAD_HEAD.replace(b"8000000", b"6000000") + b"a" * 5_000_000)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), timeout=BODY_TIMEOUT_S + 15)
+        writer.close()
+        return answer
+
+    async def scenario():
+        answers = await asyncio.gather(*(upload() for _ in range(uploads)))
+        return answers, await lone_latencies(guarded_server.url, 3)  # each asserts its 200
+
+    answers, _ = asyncio.run(scenario())
+    refused = [answer for answer in answers if answer.startswith(b"HTTP/1.1 503")]
+    print(f"\n{uploads} uploads of 5 MB to {workers} API workers: {len(refused)} refused 503")
+    assert len(refused) >= uploads - workers, [answer[:120] for answer in answers]
+    for answer in refused:
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert b"retry-after: 1" in head.lower() and json.loads(body)["error"]["type"] == "body_budget", answer
+    assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers if answer not in refused), answers
+    metrics = requests.get(f"{guarded_server.url}/metrics", timeout=10).text
+    assert float(re.search(r'textbento_rejected_total\{reason="body_budget"\} (\S+)', metrics)[1]) == len(refused)
 
 
 def test_an_idle_keep_alive_connection_is_closed(guarded_server):
