@@ -1,6 +1,8 @@
 """This tree against another revision of textbento, served side by side on the same machine, in turns.
 
     python -m bench.compare 90c58c9     # → bench/results/compare-90c58c9.json
+    python -m bench.compare HEAD --set TEXTBENTO_MAX_BATCH_SIZE=32 --mixed
+        # a setting against the default: → bench/results/compare-HEAD-TEXTBENTO_MAX_BATCH_SIZE-32.json
 
 The machine's speed changes from day to day, so a figure committed another day is no yardstick:
 this checks out ``REF`` in a scratch git worktree, imports the embedded all-MiniLM-L6-v2 with
@@ -9,7 +11,8 @@ several rounds, measuring the same points (``POINTS``); each point keeps its bes
 round's ratio of the two trees (a pair measured a minute apart) is written too, with their median:
 one fast minute can make a tree's best round. Each round also records the server's CPU per request
 by part (Encoder, API workers): steadier than a rate on a noisy machine, and where a change to the
-way between them shows first.
+way between them shows first. ``--set`` serves this tree with a setting (with ``REF`` = ``HEAD``: the
+setting against its default); ``--mixed`` adds 32 texts/request at c=8 of 3-60 words, where sorting by length counts.
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ import bentoml
 from harness.load import closed_loop
 from harness.results import write_result
 from harness.serving import ROOT, cpu_ms_per, cpu_seconds, serve
-from harness.texts import short_texts
+from harness.texts import mixed_texts, short_texts
 
-POINTS = [(1, 1), (1, 64), (32, 8)]  # (texts per request, concurrency)
+POINTS = [(1, 1), (1, 64), (32, 8)]  # (texts per request, concurrency), of 5-30 words
+MIXED = (32, 8)  # of 3-60 words, with --mixed
 
 
 @contextmanager
@@ -52,17 +56,34 @@ def import_default(tree: Path, name: str) -> str:
     return subprocess.run(command, cwd=tree, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def measure(tree: Path, tag: str, seconds: float, points: list[tuple[int, int]], settings: dict | None = None) -> dict[str, dict]:
-    """Each point's closed-loop figures against ``tree`` serving ``tag`` (with ``settings``, TEXTBENTO_* variables)."""
+def measure(
+    tree: Path, tag: str, seconds: float, points: list[tuple[int, int]], settings: dict | None = None, mixed: bool = False
+) -> dict[str, dict]:
+    """Each point's closed-loop figures against ``tree`` serving ``tag`` (with ``settings``, TEXTBENTO_* variables),
+    and with ``mixed`` the ``MIXED`` point of texts of 3-60 words."""
     with serve(env={"TEXTBENTO_MODEL": tag, **(settings or {})}, cwd=tree) as server:
-        return {f"{k}x-c{c}": load(server.url + "/v1/embeddings", k, c, seconds, pid=server.process.pid) for k, c in points}
+        url, pid = server.url + "/v1/embeddings", server.process.pid
+        rows = {f"{k}x-c{c}": load(url, k, c, seconds, pid=pid) for k, c in points}
+        if mixed:
+            k, c = MIXED
+            rows[f"{k}x-c{c}-mixed"] = load(url, k, c, seconds, pid=pid, texts=mixed_texts(2048))
+        return rows
 
 
-def load(url: str, per_request: int, concurrency: int, seconds: float, *, model: str | None = None, pid: int | None = None) -> dict:
+def load(
+    url: str,
+    per_request: int,
+    concurrency: int,
+    seconds: float,
+    *,
+    model: str | None = None,
+    pid: int | None = None,
+    texts: list[str] | None = None,
+) -> dict:
     """One point's closed-loop figures against ``url``, after a short warm-up (``model`` named in each
-    body where given); with ``pid``, the CPU per request of that server's processes meanwhile, in all
-    and by part."""
-    texts = short_texts(2048)
+    body where given), of ``texts`` (short ones by default); with ``pid``, the CPU per request of that
+    server's processes meanwhile, in all and by part."""
+    texts = texts or short_texts(2048)
     named = {"model": model} if model else {}
     body = lambda i: {**named, "input": [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]}
     asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
@@ -93,7 +114,11 @@ def main() -> None:
     parser.add_argument("ref", help="git revision to compare with, e.g. the last landed commit")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--set", action="append", default=[], metavar="TEXTBENTO_NAME=VALUE", help="a setting of this tree's server")
+    parser.add_argument("--mixed", action="store_true", help="also 32 texts/request at c=8 of 3-60 words")
     args = parser.parse_args()
+    settings = dict(setting.split("=", 1) for setting in args.set)
+    result_name = "-".join([f"compare-{args.ref}", *(f"{key}-{value}" for key, value in settings.items())])
     trees: dict[str, tuple[Path, str]] = {}
     with worktree(args.ref) as ref_tree:
         try:
@@ -104,7 +129,8 @@ def main() -> None:
             rounds: dict[str, list[dict[str, dict]]] = {name: [] for name in trees}
             for _ in range(args.rounds):
                 for name, (tree, tag) in trees.items():
-                    rounds[name].append(measure(tree, tag, args.seconds, POINTS))
+                    ours = settings if tree == ROOT else None
+                    rounds[name].append(measure(tree, tag, args.seconds, POINTS, ours, mixed=args.mixed))
                     figures = ("texts_per_s", "p50_ms", "errors", "cpu_ms_per_request")
                     print(name, {point: tuple(row[key] for key in figures) for point, row in rounds[name][-1].items()}, flush=True)
         finally:
@@ -119,6 +145,7 @@ def main() -> None:
     paired = {point: [ratio(ours, theirs, point) for ours, theirs in zip(rounds["this tree"], rounds[args.ref])] for point in ratios}
     report = {
         "ref": args.ref,
+        "this_tree_settings": settings,
         "rounds": args.rounds,
         "seconds": args.seconds,
         "results": best,
@@ -131,7 +158,7 @@ def main() -> None:
             name: [{k: row["cpu_ms_per_request_by_part"] for k, row in one.items()} for one in rounds[name]] for name in trees
         },
     }
-    write_result(f"compare-{args.ref}.json", report, indent=2)
+    write_result(f"{result_name}.json", report, indent=2)
     print("texts/s, this tree / ref, best rounds:", ratios, "median of the paired rounds:", report["median_paired_ratio"])
 
 

@@ -136,11 +136,13 @@ def compare(files: dict) -> list[str]:
     rows = []
     for name, d in files.items():
         ours, ref = d["results"]["this tree"], d["results"][d["ref"]]
+        settings = " ".join(f"{k}={v}" for k, v in d.get("this_tree_settings", {}).items())
+        against = f"{d['ref']}, this tree with {settings}" if settings else d["ref"]
         for key, r in ours.items():
             ratio, p50 = f"{d['texts_per_s_ratio'][key]:.2f}x", f"{n(r['p50_ms'], 1)} / {n(ref[key]['p50_ms'], 1)}"
             paired = d.get("paired_ratios", {}).get(key)
             spread = f"{statistics.median(paired):.2f}x ({min(paired):.2f}-{max(paired):.2f})" if paired else "not recorded"
-            rows.append([f"`{name}`", d["ref"], key, n(r["texts_per_s"]), n(ref[key]["texts_per_s"]), ratio, spread, p50])
+            rows.append([f"`{name}`", against, key, n(r["texts_per_s"]), n(ref[key]["texts_per_s"]), ratio, spread, p50])
     return [
         "This tree and an earlier revision served side by side, in turns (`python -m bench.compare REF`; the best turn of each, "
         "and the median of each turn's ratio with its range where the file records them). "
