@@ -8,7 +8,8 @@ pipeline passes it down explicitly; the texts carry its key and deadline to the 
 
 Every refusal of a request that reached a route is built here (those of the Encoder's own errors, in
 ``api/errors.py``): 429 past a model's share of the worker, 503 where the queue could not answer in
-time or the Encoder is unreachable, 504 past the deadline. docs/operations.md maps each to its setting and metric.
+time, the Encoder is unreachable or the worker holds too many request bodies, 504 past the deadline.
+docs/operations.md maps each to its setting and metric.
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ async def sent(calls: Coalescer[Item, Result], items: list[Item], budget: Budget
         return await calls.submit(items, abandoned=lambda: forget(budget.key), within_s=budget.left_s())
     except Overloaded as refused:
         raise APIError(503, "overloaded", f"{refused}: retry shortly", retry_after=1) from None
+
+
+def over_body_budget(budget_bytes: int) -> APIError:
+    """A body that would take the bytes of request bodies an API worker holds past its budget (``api.middleware.BodySizeLimit``)."""
+    message = f"the request bodies this worker holds would pass {budget_bytes} bytes; retry shortly"
+    return APIError(503, "body_budget", message, retry_after=1)
 
 
 def unavailable(model: str) -> APIError:

@@ -20,6 +20,7 @@ from serving.settings import settings
 from serving.telemetry import telemetry
 
 from .errors import APIError, error_response
+from .flow import over_body_budget
 
 logger = logging.getLogger("textbento")
 CLIENT_GONE = 499  # nginx's status for "client closed request": what textbento_requests_total counts such a request as
@@ -115,10 +116,6 @@ class BodySizeLimit:
     def too_large(self) -> APIError:
         return APIError(413, "body_too_large", f"request body is larger than {self.max_bytes} bytes")
 
-    def over_budget(self) -> APIError:
-        message = f"the request bodies this worker holds would pass {self.budget_bytes} bytes; retry shortly"
-        return APIError(503, "body_budget", message, retry_after=1)
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
@@ -134,7 +131,7 @@ class BodySizeLimit:
             if received + size > self.max_bytes:
                 raise self.too_large()
             if self.held + size > self.budget_bytes:
-                raise self.over_budget()
+                raise over_body_budget(self.budget_bytes)
             received += size
             self.held += size
             return message

@@ -11,6 +11,9 @@ The real ``bentoml serve`` of ``text-model:latest`` (``make serve``'s), with an 
 - ``slow_bodies``: 1,200 uploads that send their headers (``content-length: 8000000``) and one byte,
   then stall, and 300 that send a byte a second; meanwhile 20 ordinary requests must be answered 200
   within 5 s, and every slow upload must be closed by the server (its body deadline, plus ``GRACE_S``);
+- ``big_uploads``: 64 uploads at once of 7.9 MB of an 8,000,000-byte body, held unfinished for ``HOLD_S``: those
+  past the API workers' body budget (``TEXTBENTO_BODY_BUDGET_BYTES``) get 503 ``body_budget`` as their bytes
+  arrive, and the server's RSS grows by at most the workers' budgets (+ ``RSS_SLACK``) meanwhile;
 - ``oversized_headers``: a 60 KB ``Authorization``, 2,000 headers, a 60 KB path, a 1 MiB cookie;
 - ``tiny_texts``: on every route, a body of 1.5 million one-character texts (each answered 4xx
   within ``QUICK_S``), ordinary requests answered 200 meanwhile;
@@ -24,7 +27,7 @@ The real ``bentoml serve`` of ``text-model:latest`` (``make serve``'s), with an 
 
 No 5xx, no request left unanswered (``timeout``) and no phase still running after ``PHASE_S``. Each phase runs once at a
 fiftieth of its size first (the warm-up: every route and status seen once, so that bounded metric
-series exist before the measured run). After each measured phase, within ``SETTLE_S``: ``/metrics``'
+series exist before the measured run; ``FULL_WARM_UP`` at its full size). After each measured phase, within ``SETTLE_S``: ``/metrics``'
 size, the RSS and open files of the server's whole process tree and the requests in progress
 (``textbento_inflight_requests``) are back to their level before it (``breaches``: the tolerances),
 the same processes run; then the next 1,000 ordinary requests are all 200.
@@ -56,6 +59,7 @@ import requests
 from harness.results import write_result
 from harness.serving import ROOT, Server, serve
 from harness.texts import WORDS, short_texts
+from serving.settings import settings
 
 HEADER_TIMEOUT_S = 5
 BODY_TIMEOUT_S = 10
@@ -63,9 +67,13 @@ GRACE_S = 5  # a slow upload is closed at most this long after its deadline
 WATCH_S = BODY_TIMEOUT_S + 15  # how long the slow uploads are watched for the server to close them
 SETTLE_S = 15
 WARM_UP_SCALE = 0.02
+# Warmed up at full size: the C allocator keeps some of what the big bodies took (up to the workers' budgets) for
+# the next ones, so the start's RSS includes that pool, and the measured run shows whether a second round adds to it.
+FULL_WARM_UP = {"big_uploads"}
 AFTER = 1000  # ordinary requests after each phase, all 200
 QUICK_S = 10  # a body of a million texts is refused within this
 PEAK_RSS_MIB = 1024  # most the process tree may grow while /tokenize is flooded
+HOLD_S = 5  # how long the big uploads are held unfinished
 PHASE_S = 240  # a phase still running then is stopped and fails
 # Back to the start of a phase: what a phase may leave behind once settled.
 METRICS_SLACK = (32 * 1024, 0.02)  # bytes, or a share of the start, whichever is larger (counts grow digits)
@@ -513,6 +521,51 @@ async def slow_bodies(target: Target, scale: float) -> dict:
     return figures | {"statuses": dict(statuses), "failures": failures}
 
 
+async def big_upload(target: Target) -> str:
+    """7.9 MB of an 8,000,000-byte body, then nothing for ``HOLD_S``: ``body_budget`` if refused as its
+    bytes arrive, ``held`` if the server kept reading it, else the status it answered."""
+    # Kept alive: with ``Connection: close`` the server closes as it answers, and the bytes still
+    # arriving make the client's kernel see a reset before it reads the answer.
+    head = raw_request("POST", "/v1/embeddings", [("Authorization", f"Bearer {target.key}")], body=b"")
+    head = head.replace(b"Content-Length: 0", b"Content-Length: 8000000").replace(b"Connection: close\r\n", b"")
+    reader, writer = await asyncio.open_connection(*target.address)
+    try:
+        writer.write(head + b'{"input": "' + b"a" * 7_900_000)
+        await writer.drain()
+        async with asyncio.timeout(HOLD_S):
+            answer = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"(?i)content-length: (\d+)", answer)
+            answer += await reader.readexactly(int(length[1])) if length else b""
+        return "body_budget" if b'"body_budget"' in answer else status_of(answer)
+    except TimeoutError:
+        return "held"
+    except (ConnectionError, asyncio.IncompleteReadError):
+        return "reset"
+    finally:
+        writer.transport.abort()
+
+
+async def big_uploads(target: Target, scale: float) -> dict:
+    """Uploads of 7.9 MB at once, held unfinished: past the workers' body budget refused, memory bounded by it."""
+    uploads, workers, budget_mib = scaled(64, scale), settings.api_workers, settings.body_budget_bytes / 2**20
+    start_rss = target.server.rss_mib()
+    with PeakRSS(target.server) as peak:
+        statuses = Counter(await asyncio.gather(*(big_upload(target) for _ in range(uploads))))
+    most_mib = workers * budget_mib + RSS_SLACK[0]
+    figures = {
+        "uploads": uploads,
+        "bytes_each": 7_900_000,
+        "api_workers": workers,
+        "body_budget_mib": budget_mib,
+        "rss_mib_start": round(start_rss, 1),
+        "rss_mib_peak": round(peak.peak, 1),
+    }
+    failures = [f"{count} uploads answered {status}" for status, count in statuses.items() if status not in {"body_budget", "held"}]
+    if peak.peak - start_rss > most_mib:
+        failures.append(f"RSS {start_rss:,.0f} → {peak.peak:,.0f} MiB under the uploads (at most +{most_mib:,.0f} MiB)")
+    return figures | {"statuses": dict(statuses), "failures": failures}
+
+
 async def oversized_headers(target: Target, scale: float) -> dict:
     """Headers too big to be honest, on a protected route, without a valid key: never a 2xx or a 5xx, never a hang."""
     count, body = scaled(100, scale), b'{"input": "x"}'
@@ -721,6 +774,7 @@ Phase = Callable[[Target, float], Awaitable[dict]]
 PHASES: dict[str, Phase] = {
     "unknown_paths": unknown_paths,
     "slow_bodies": slow_bodies,
+    "big_uploads": big_uploads,
     "oversized_headers": oversized_headers,
     "tiny_texts": tiny_texts,
     "tokenize_flood": tokenize_flood,
@@ -774,7 +828,7 @@ def battery(target: Target, scale: float = 1.0, only: list[str] | None = None) -
     statuses, _ = asyncio.run(ordinary(target, 300))
     warm_up["ordinary"] = {"statuses": dict(statuses)}
     for name, phase in phases.items():
-        figures = bounded(target, phase, scale * WARM_UP_SCALE)
+        figures = bounded(target, phase, scale * (1.0 if name in FULL_WARM_UP else WARM_UP_SCALE))
         warm_up[name] = {"statuses": figures["statuses"], "failures": figures["failures"]}
         print(f"warm-up {name}: {figures['statuses']}", flush=True)
     start = snapshot(target)
