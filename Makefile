@@ -184,9 +184,10 @@ storm: venv
 	HF_HUB_OFFLINE=1 $(BIN)/python -m reliability.storm --requests 10000
 
 # `make serve`'s model with a key and short header and body deadlines, under hostile clients: unknown paths, stalled
-# and trickling uploads, big uploads past the body budget, oversized headers, millions of tiny texts, /tokenize floods, undecodable and zero-width text in
-# every field, every method without a key. After each, /metrics' size, RSS, open files and requests in progress back to
-# their start and the next 1,000 all 200 (2-4 minutes): bench/results/hostile.json, exit 1 otherwise.
+# and trickling uploads, big uploads past the body budget, oversized headers, millions of tiny texts, /tokenize floods,
+# undecodable and zero-width text in every field, every method without a key. After each, /metrics' size, RSS, open
+# files and requests in progress back to their start and the next 1,000 all 200 (2-4 minutes):
+# bench/results/hostile.json, exit 1 otherwise.
 hostile: venv model
 	HF_HUB_OFFLINE=1 $(BIN)/python -m reliability.hostile
 
