@@ -9,7 +9,9 @@ are done, and never by more than ``longest_s``: until it has run no batch for ``
 holds a connection to it. A quiet spell alone is not proof: an API worker on a starved CPU can still be
 reading or tokenizing an accepted request a second after its last call. Its keep-alive connection to
 the Encoder stays open until it exits (or idles out after ``ENCODER_KEEP_ALIVE_S``); the spell covers a
-worker that has not reconnected yet.
+worker that has not reconnected yet. A worker's exit can also wait on the Encoder's (one whose
+shutdown stalled until the Encoder left was seen, not root-caused), so after ``callers_quiet_s`` with
+no batch the Encoder leaves though callers are still connected.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from contextlib import contextmanager
 class Drain:
     """Counts the batches in progress; ``postpone_sigterm`` defers the process's SIGTERM handler while they, or callers, last."""
 
-    def __init__(self, quiet_s: float, longest_s: float, callers: Callable[[], int] = lambda: 0) -> None:
-        self.quiet_s = quiet_s
+    def __init__(self, quiet_s: float, longest_s: float, callers: Callable[[], int] = lambda: 0, callers_quiet_s: float = 10.0) -> None:
+        self.quiet_s, self.callers_quiet_s = quiet_s, callers_quiet_s
         self.longest_s = longest_s
         self.callers = callers  # connections open to this process's server now
         self.in_progress = 0
@@ -49,6 +51,10 @@ class Drain:
         with self.lock:
             return 0.0 if self.in_progress else time.monotonic() - self.last_active
 
+    def callers_done(self) -> bool:
+        idle_s = self.idle_for()
+        return (idle_s >= self.quiet_s and not self.callers()) or idle_s >= self.callers_quiet_s
+
     def postpone_sigterm(self) -> None:
         """Installs the deferring handler; call from the main thread after the server installed its own."""
         server_handler = signal.getsignal(signal.SIGTERM)
@@ -65,6 +71,6 @@ class Drain:
 
     def then_stop(self, server_handler, signum: int, frame) -> None:
         deadline = time.monotonic() + self.longest_s
-        while (self.idle_for() < self.quiet_s or self.callers()) and time.monotonic() < deadline:
+        while not self.callers_done() and time.monotonic() < deadline:
             time.sleep(0.05)
         server_handler(signum, frame)

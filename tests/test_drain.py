@@ -31,12 +31,25 @@ def test_sigterm_waits_while_a_caller_stays_connected_after_the_quiet_spell():
     stopped, callers = threading.Event(), [1]
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     try:
-        drain = Drain(quiet_s=0.1, longest_s=10, callers=lambda: callers[0])
+        drain = Drain(quiet_s=0.1, longest_s=10, callers=lambda: callers[0], callers_quiet_s=2.0)
         drain.postpone_sigterm()
         os.kill(os.getpid(), signal.SIGTERM)
         assert not stopped.wait(0.6)  # quiet, but an API worker still holds its connection: it may have work left
         callers[0] = 0  # the worker exited
         assert stopped.wait(5)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_waits_for_connected_callers_only_while_they_stay_quiet_less_than_callers_quiet_s():
+    stopped = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
+    try:
+        drain = Drain(quiet_s=0.1, longest_s=60, callers=lambda: 1, callers_quiet_s=1.0)
+        drain.postpone_sigterm()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert not stopped.wait(0.5)
+        assert stopped.wait(5)  # a caller connected but silent this long: not waited for until longest_s
     finally:
         signal.signal(signal.SIGTERM, previous)
 
