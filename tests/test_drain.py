@@ -6,14 +6,25 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from serving.drain import Drain
 
 
-def test_sigterm_waits_for_the_batches_then_a_quiet_spell():
+@contextmanager
+def server_handler() -> Iterator[threading.Event]:
+    """A stand-in for the server's own SIGTERM handler, for the test's length: set when SIGTERM reaches it."""
     stopped = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())  # the server's own handler
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     try:
+        yield stopped
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_waits_for_the_batches_then_a_quiet_spell():
+    with server_handler() as stopped:
         drain = Drain(quiet_s=0.3, longest_s=10)
         drain.postpone_sigterm()
         with drain.batch():
@@ -23,45 +34,32 @@ def test_sigterm_waits_for_the_batches_then_a_quiet_spell():
         ended = time.monotonic()
         assert stopped.wait(5)
         assert time.monotonic() - ended >= 0.25
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def test_sigterm_waits_while_a_caller_stays_connected_after_the_quiet_spell():
-    stopped, callers = threading.Event(), [1]
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
-    try:
+    callers = [1]
+    with server_handler() as stopped:
         drain = Drain(quiet_s=0.1, longest_s=10, callers=lambda: callers[0], callers_quiet_s=2.0)
         drain.postpone_sigterm()
         os.kill(os.getpid(), signal.SIGTERM)
         assert not stopped.wait(0.6)  # quiet, but an API worker still holds its connection: it may have work left
         callers[0] = 0  # the worker exited
         assert stopped.wait(5)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def test_sigterm_waits_for_connected_callers_only_while_they_stay_quiet_less_than_callers_quiet_s():
-    stopped = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
-    try:
+    with server_handler() as stopped:
         drain = Drain(quiet_s=0.1, longest_s=60, callers=lambda: 1, callers_quiet_s=1.0)
         drain.postpone_sigterm()
         os.kill(os.getpid(), signal.SIGTERM)
         assert not stopped.wait(0.5)
         assert stopped.wait(5)  # a caller connected but silent this long: not waited for until longest_s
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def test_sigterm_is_not_postponed_past_the_longest_wait():
-    stopped = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
-    try:
+    with server_handler() as stopped:
         drain = Drain(quiet_s=60, longest_s=0.3)
         drain.postpone_sigterm()
         with drain.batch():
             os.kill(os.getpid(), signal.SIGTERM)
             assert stopped.wait(5)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
