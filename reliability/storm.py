@@ -160,7 +160,7 @@ def bad_inputs(base_url: str) -> Counter:
 
 
 # Not the storm's: the /metrics request reading the gauges, and BentoML's health probes, which the
-# storm never sends (a probe sent while several models start can stay in progress: docs/design.md, Open).
+# storm never sends (a probe sent while a model starts is in progress for up to 5 s, its Encoder's probe).
 NOT_THE_STORMS = ('endpoint="/metrics"', 'endpoint="/readyz"', 'endpoint="/livez"')
 
 

@@ -9,9 +9,9 @@ are done, and never by more than ``longest_s``: until it has run no batch for ``
 holds a connection to it. A quiet spell alone is not proof: an API worker on a starved CPU can still be
 reading or tokenizing an accepted request a second after its last call. Its keep-alive connection to
 the Encoder stays open until it exits (or idles out after ``ENCODER_KEEP_ALIVE_S``); the spell covers a
-worker that has not reconnected yet. A worker's exit can also wait on the Encoder's (one whose
-shutdown stalled until the Encoder left was seen, not root-caused), so after ``callers_quiet_s`` with
-no batch the Encoder leaves though callers are still connected.
+worker that has not reconnected yet. A worker's exit can be held up by something that needs no Encoder
+(a request held open by BentoML's timeout middleware once did: ``serving/compat/bentoml_requests.py``),
+so after ``callers_quiet_s`` with no batch the Encoder leaves though callers are still connected.
 """
 
 from __future__ import annotations

@@ -12,13 +12,17 @@ import asyncio
 import gc
 import inspect
 import re
+import time
+import types
 import typing
 import weakref
 from pathlib import Path
 
+import aiohttp
 import bentoml
 import pytest
 import uvicorn
+from _bentoml_impl.client.proxy2 import AsyncClient
 from _bentoml_impl.server.app import ServiceAppFactory
 from _bentoml_sdk.io_models import IOMixin, ensure_io_descriptor
 from bentoml._internal.marshal import dispatcher
@@ -224,6 +228,69 @@ def test_a_request_over_the_timeout_still_gets_504():
         await asyncio.sleep(5)
 
     assert asyncio.run(answered(TimeoutMiddleware(slow, timeout=0.05), 1)) == [504]
+
+
+def test_still_needed_bentoml_requests_stock_timeout_middleware_holds_a_failed_request_for_the_timeout(monkeypatch):
+    monkeypatch.setattr(TimeoutMiddleware, "__call__", bentoml_requests.STOCK_TIMEOUT_CALL)
+    began = time.monotonic()
+    statuses = asyncio.run(answered(TimeoutMiddleware(fails_at_once, timeout=0.5), 1))
+    assert statuses == [] and time.monotonic() - began >= 0.5, can_go("bentoml_requests.cancel_timeout_timers (the app's end)")
+
+
+def test_a_request_whose_app_fails_before_answering_ends_with_its_error_at_once():
+    compat.apply()
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match="a dependency"):
+        asyncio.run(answered(TimeoutMiddleware(fails_at_once, timeout=30), 1))
+    assert time.monotonic() - began < 5
+
+
+async def fails_at_once(scope: dict, receive: typing.Any, send: typing.Any) -> None:
+    raise TimeoutError("a dependency did not answer in time")  # as BentoML's /readyz on an Encoder still loading
+
+
+class Probed:
+    """What BentoML's client's ``is_ready`` reads of itself: a session to a dependency's server, and its readiness path."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self._readyz_endpoint = "/readyz"
+        self._session_manager = types.SimpleNamespace(get_session=lambda: asyncio.sleep(0, session))
+
+
+def probed(is_ready: typing.Callable, server: str) -> bool | str:
+    """``is_ready`` against a server that is ``silent`` (accepts, never answers), ``closed`` (refuses) or ``ready`` (200)."""
+
+    async def run() -> bool | str:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            if server == "ready":
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            await asyncio.sleep(5)
+
+        listening = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = listening.sockets[0].getsockname()[1]
+        if server == "closed":
+            listening.close()
+            await listening.wait_closed()
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as session:
+            try:
+                return await is_ready(Probed(session), timeout=0.3)
+            except Exception as error:
+                return type(error).__name__
+            finally:
+                listening.close()
+
+    return asyncio.run(run())
+
+
+def test_still_needed_bentoml_requests_stock_readiness_probe_raises_on_a_silent_dependency():
+    assert probed(bentoml_requests.STOCK_IS_READY, "silent") == "TimeoutError", can_go("bentoml_requests.probe_dependencies_safely")
+
+
+@pytest.mark.parametrize(("server", "ready"), [("silent", False), ("closed", False), ("ready", True)])
+def test_a_dependency_that_cannot_be_reached_is_not_ready(server, ready):
+    compat.apply()
+    assert probed(AsyncClient.is_ready, server) is ready
 
 
 # bentoml_requests: spans only when exported.

@@ -1,4 +1,4 @@
-"""Three per-request costs of BentoML's HTTP path, corrected in place (docs/design.md: what the service corrects for).
+"""BentoML's HTTP path, corrected in place (docs/design.md: what the service corrects for).
 
 - **A JSON schema per answer.** BentoML works out an IO model's media type from its JSON schema,
   built anew (a pydantic ``TypeAdapter`` and its schema) for every answer of every call, on the
@@ -9,6 +9,15 @@
   request's context: its tracing span, its scope, its task's context variables. Memory then grows
   with the request rate times the timeout (docs/reliability.md, the disconnect storm), and the
   loop's timer heap with it. Here the timer is cancelled when the request ends.
+- **A request that fails before answering, held for the timeout.** The same middleware waits for the
+  app's first message and for nothing else: an app that raises before it sends one leaves the
+  request open, unanswered, until the timeout, and then sends nothing. Its task meanwhile keeps
+  the worker from exiting on SIGTERM (uvicorn waits for every request's task). Here the wait also
+  ends when the app does, and its error goes on to the error middleware (a 500) at once.
+- **A readiness probe that raises.** ``/readyz`` asks each dependency's ``/readyz`` within 5 s, and
+  BentoML's client reads only aiohttp's socket timeouts as "not ready": the total timeout (an
+  Encoder still loading, its call waiting in the socket's backlog) raises ``TimeoutError`` out
+  of the probe. Here any failure to reach a dependency reads as "not ready": ``/readyz`` is a 503.
 - **Spans for nobody.** Every service wraps every request in OpenTelemetry's ASGI middleware,
   which makes a server span and a span per message received and sent, whether or not a span
   processor would export them. Without one (no ``TEXTBENTO_OTLP_ENDPOINT``, no ``tracing`` in a
@@ -21,9 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from functools import cache
 from typing import Any
 
+import aiohttp
+from _bentoml_impl.client.proxy2 import AsyncClient
 from _bentoml_impl.server.app import ServiceAppFactory
 from _bentoml_sdk import io_models
 from bentoml._internal.server.http import traffic
@@ -36,14 +48,19 @@ from .bentoml_internals import tracer_provider
 STOCK_MIME_TYPE = io_models.IOMixin.__dict__["mime_type"].__func__
 STOCK_TIMEOUT_CALL = traffic.TimeoutMiddleware.__call__
 STOCK_MIDDLEWARES = ServiceAppFactory.__dict__.get("middlewares")
+STOCK_IS_READY = AsyncClient.is_ready
 # The line of BentoML's TimeoutMiddleware.__call__ that starts the timer it never cancels.
 UNCANCELLED_TIMER = "loop.call_later(self.timeout, self._set_timer_out, waiter)"
+# What BentoML's client reads as "not ready"; anything else raised out of its is_ready.
+STOCK_NOT_READY = "except aiohttp.ServerTimeoutError:"
+logger = logging.getLogger("textbento")
 
 
 def apply() -> None:
     """Every correction, from now on, in this process (twice changes nothing)."""
     cache_media_types()
     cancel_timeout_timers()
+    probe_dependencies_safely()
     trace_only_when_exported()
 
 
@@ -57,7 +74,7 @@ def cache_media_types() -> None:
 
 
 def cancel_timeout_timers() -> None:
-    """BentoML's ``TimeoutMiddleware`` cancels its timer when the request ends, from now on."""
+    """BentoML's ``TimeoutMiddleware`` cancels its timer when the request ends, and stops waiting when its app does, from now on."""
     middleware = traffic.TimeoutMiddleware
     if middleware.__call__ is _timed:
         return
@@ -68,7 +85,7 @@ def cancel_timeout_timers() -> None:
 
 
 async def _timed(self: Any, scope: dict, receive: Any, send: Any) -> None:
-    """BentoML's ``TimeoutMiddleware.__call__`` as it is, plus the timer's cancel."""
+    """BentoML's ``TimeoutMiddleware.__call__`` as it is, plus the timer's cancel and the app's end ending the wait."""
     if scope["type"] not in ("http", "websocket"):
         return await self.app(scope, receive, send)
     loop = asyncio.get_running_loop()
@@ -81,6 +98,7 @@ async def _timed(self: Any, scope: dict, receive: Any, send: Any) -> None:
         await send(message)
 
     fut = asyncio.ensure_future(self.app(scope, receive, _send), loop=loop)
+    fut.add_done_callback(lambda _: waiter.done() or waiter.set_result(None))  # it ended without a word: its error, below
     try:
         await waiter
     except TimeoutError:
@@ -91,6 +109,26 @@ async def _timed(self: Any, scope: dict, receive: Any, send: Any) -> None:
         await fut
     finally:
         timer.cancel()
+
+
+def probe_dependencies_safely() -> None:
+    """BentoML's client reads any failure of a dependency's readiness probe as "not ready", from now on."""
+    if AsyncClient.is_ready is _is_ready:
+        return
+    if STOCK_NOT_READY not in inspect.getsource(AsyncClient.is_ready):
+        raise RuntimeError("BentoML's client changed its readiness probe: serving/compat/bentoml_requests.py no longer applies")
+    AsyncClient.is_ready = _is_ready
+
+
+async def _is_ready(self: AsyncClient, timeout: int | None = None) -> bool:
+    """BentoML's ``AsyncClient.is_ready``, false on every failure to reach the dependency, its answer released."""
+    client = await self._session_manager.get_session()
+    try:
+        async with client.get(self._readyz_endpoint, timeout=aiohttp.ClientTimeout(timeout) if timeout else None) as response:
+            return response.status == 200
+    except (TimeoutError, aiohttp.ClientError) as error:
+        logger.warning("a dependency is not ready: %r", error)
+        return False
 
 
 def exported() -> bool:
