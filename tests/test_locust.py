@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -47,9 +48,17 @@ def run_locust(url: str, reports: Path) -> dict[str, dict[str, str]]:
 
 
 def test_locust_traffic_gets_the_expected_answers(server, tmp_path):
+    """Every run free of failures and of the other task's route; every served route requested, over up to
+    three runs: Locust picks each request's task at random, and a slow CPU answers few in 5 s."""
     url, own, other = server
-    stats = run_locust(url, tmp_path)
-    total = stats.pop("Aggregated")
-    assert int(total["Request Count"]) > 0 and int(total["Failure Count"]) == 0
-    assert all(int(stats[route]["Request Count"]) > 0 for route in own), {route: stats.get(route) for route in own}
-    assert other not in stats  # the other task's route only gets the bad "wrong task" request, named apart
+    requested = Counter()
+    for run in range(3):
+        (reports := tmp_path / str(run)).mkdir()
+        stats = run_locust(url, reports)
+        total = stats.pop("Aggregated")
+        assert int(total["Request Count"]) > 0 and int(total["Failure Count"]) == 0
+        assert other not in stats  # the other task's route only gets the bad "wrong task" request, named apart
+        requested.update({route: int(row["Request Count"]) for route, row in stats.items()})
+        if all(requested[route] > 0 for route in own):
+            break
+    assert all(requested[route] > 0 for route in own), requested
