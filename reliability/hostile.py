@@ -11,9 +11,9 @@ The real ``bentoml serve`` of ``text-model:latest`` (``make serve``'s), with an 
 - ``slow_bodies``: 1,200 uploads that send their headers (``content-length: 8000000``) and one byte,
   then stall, and 300 that send a byte a second; meanwhile 20 ordinary requests must be answered 200
   within 5 s, and every slow upload must be closed by the server (its body deadline, plus ``GRACE_S``);
-- ``big_uploads``: 64 uploads at once of 7.9 MB of an 8,000,000-byte body, held unfinished for ``HOLD_S``: those
-  past the API workers' body budget (``TEXTBENTO_BODY_BUDGET_BYTES``) get 503 ``body_budget`` as their bytes
-  arrive, and the server's RSS grows by at most the workers' budgets (+ ``RSS_SLACK``) meanwhile;
+- ``big_uploads``: 64 uploads at once of 7.9 MB of an 8,000,000-byte body (``Connection: close``), held unfinished
+  for ``HOLD_S``: those past the API workers' body budget (``TEXTBENTO_BODY_BUDGET_BYTES``) get 503 ``body_budget``
+  as their bytes arrive (read, not reset), and the server's RSS grows by at most the workers' budgets (+ ``RSS_SLACK``) meanwhile;
 - ``oversized_headers``: a 60 KB ``Authorization``, 2,000 headers, a 60 KB path, a 1 MiB cookie;
 - ``tiny_texts``: on every route, a body of 1.5 million one-character texts (each answered 4xx
   within ``QUICK_S``), ordinary requests answered 200 meanwhile;
@@ -524,10 +524,10 @@ async def slow_bodies(target: Target, scale: float) -> dict:
 async def big_upload(target: Target) -> str:
     """7.9 MB of an 8,000,000-byte body, then nothing for ``HOLD_S``: ``body_budget`` if refused as its
     bytes arrive, ``held`` if the server kept reading it, else the status it answered."""
-    # Kept alive: with ``Connection: close`` the server closes as it answers, and the bytes still
-    # arriving make the client's kernel see a reset before it reads the answer.
+    # With ``Connection: close``: refused, the server lingers (serving/compat/uvicorn_connections.py),
+    # or the bytes still arriving would make the client's kernel see a reset before it reads the answer.
     head = raw_request("POST", "/v1/embeddings", [("Authorization", f"Bearer {target.key}")], body=b"")
-    head = head.replace(b"Content-Length: 0", b"Content-Length: 8000000").replace(b"Connection: close\r\n", b"")
+    head = head.replace(b"Content-Length: 0", b"Content-Length: 8000000")
     reader, writer = await asyncio.open_connection(*target.address)
     try:
         writer.write(head + b'{"input": "' + b"a" * 7_900_000)

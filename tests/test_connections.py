@@ -13,6 +13,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -267,13 +269,31 @@ def test_an_idle_keep_alive_connection_is_closed(guarded_server):
     assert 1.5 < asyncio.run(idle()) < 6
 
 
-def test_requests_in_progress_counts_the_requests_uvicorn_is_answering():
-    """What the Encoder reads to run a lone pass on its event loop (models/engine.Engine.on_the_loop, through service.Encoder.encode): the
-    requests of every connection of this process's server, each counted until it is answered."""
+@asynccontextmanager
+async def patched_uvicorn(app, **limits: float) -> AsyncIterator[int]:
+    """uvicorn serving ``app`` in this event loop with textbento's connection patches and ``limits``; yields its port."""
     import uvicorn
 
     from serving import compat
-    from serving.connections import limit_connections, requests_in_progress
+    from serving.connections import limit_connections
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http="httptools", log_level="warning", lifespan="off"))
+    compat.apply()
+    limit_connections(**{"header_timeout_s": 5, "body_timeout_s": 5, "keep_alive_s": 5, **limits})
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        await serving
+
+
+def test_requests_in_progress_counts_the_requests_uvicorn_is_answering():
+    """What the Encoder reads to run a lone pass on its event loop (models/engine.Engine.on_the_loop, through service.Encoder.encode): the
+    requests of every connection of this process's server, each counted until it is answered."""
+    from serving.connections import requests_in_progress
 
     async def scenario() -> tuple[int, int, int]:
         release = asyncio.Event()
@@ -285,32 +305,23 @@ def test_requests_in_progress_counts_the_requests_uvicorn_is_answering():
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
             await send({"type": "http.response.body", "body": b"ok"})
 
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http="httptools", log_level="warning", lifespan="off"))
-        compat.apply()
-        limit_connections(header_timeout_s=5, body_timeout_s=5, keep_alive_s=5)
-        serving = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        before = requests_in_progress()
+        async with patched_uvicorn(app) as port:
+            before = requests_in_progress()
 
-        async def get() -> bytes:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            answer = await reader.read()
-            writer.close()
-            return answer
+            async def get() -> bytes:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                answer = await reader.read()
+                writer.close()
+                return answer
 
-        clients = [asyncio.create_task(asyncio.wait_for(get(), 10)) for _ in range(3)]
-        while requests_in_progress() < 3:
-            await asyncio.sleep(0.01)
-        held = requests_in_progress()
-        release.set()
-        assert all(answer.endswith(b"ok") for answer in await asyncio.gather(*clients))
-        answered = requests_in_progress()
-        server.should_exit = True
-        await serving
-        return before, held, answered
+            clients = [asyncio.create_task(asyncio.wait_for(get(), 10)) for _ in range(3)]
+            while requests_in_progress() < 3:
+                await asyncio.sleep(0.01)
+            held = requests_in_progress()
+            release.set()
+            assert all(answer.endswith(b"ok") for answer in await asyncio.gather(*clients))
+            return before, held, requests_in_progress()
 
     assert asyncio.run(asyncio.wait_for(scenario(), 30)) == (0, 3, 0)
 
@@ -319,47 +330,73 @@ def test_a_body_still_arriving_after_its_answer_is_cut_at_the_body_deadline():
     """An app that answers without reading the body (a 401, a 404): each byte that trickles in after the
     answer stopped uvicorn's keep-alive timer, and the connection was held for as long as the client
     trickled. The body deadline (plus its grace) closes it."""
-    import uvicorn
-
-    from serving import compat
     from serving.compat.uvicorn_connections import BODY_GRACE_S
-    from serving.connections import limit_connections
 
     body_timeout_s = 1.0
 
     async def scenario() -> float:
-        async def app(scope, receive, send):
-            if scope["type"] != "http":
-                return
-            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"2")]})
-            await send({"type": "http.response.body", "body": b"no"})
-
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http="httptools", log_level="warning", lifespan="off"))
-        compat.apply()
-        limit_connections(header_timeout_s=5, body_timeout_s=body_timeout_s, keep_alive_s=5)
-        serving = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        opened = time.monotonic()
-        writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n{")
-        assert (await asyncio.wait_for(reader.readuntil(b"no"), 5)).startswith(b"HTTP/1.1 401")
-        try:
-            while time.monotonic() - opened < 15:
-                try:
-                    if await asyncio.wait_for(reader.read(1), timeout=0.2) == b"":
-                        break  # closed by the server
-                except TimeoutError:
-                    writer.write(b" ")
-                    await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        closed_after = time.monotonic() - opened
-        writer.close()
-        server.should_exit = True
-        await serving
-        return closed_after
+        async with patched_uvicorn(answers_at_once(401), body_timeout_s=body_timeout_s) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            opened = time.monotonic()
+            writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n{")
+            assert (await asyncio.wait_for(reader.readuntil(b"no"), 5)).startswith(b"HTTP/1.1 401")
+            try:
+                while time.monotonic() - opened < 15:
+                    try:
+                        if await asyncio.wait_for(reader.read(1), timeout=0.2) == b"":
+                            break  # closed by the server
+                    except TimeoutError:
+                        writer.write(b" ")
+                        await writer.drain()
+            except (ConnectionError, OSError):
+                pass
+            closed_after = time.monotonic() - opened
+            writer.close()
+            return closed_after
 
     closed_after = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert body_timeout_s + BODY_GRACE_S - 0.5 < closed_after < body_timeout_s + BODY_GRACE_S + 3
+
+
+def answers_at_once(status: int):
+    """An ASGI app that answers ``status`` without reading the body, as a refusal on the headers does (413, 401)."""
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"no"})
+
+    return app
+
+
+def test_a_refused_upload_without_keep_alive_gets_its_answer_not_a_reset():
+    """A client that sends ``Connection: close`` and a body refused before it is read (a 413 on its
+    Content-Length): closed at once, the server's socket would hold the unread megabytes, and the kernel's
+    reset destroyed the answer before the client read it. It lingers instead: the answer, FIN, the rest read."""
+
+    async def scenario() -> bytes:
+        async with patched_uvicorn(answers_at_once(413), keep_alive_s=2) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 50000000\r\n\r\n")
+
+            async def upload() -> None:
+                try:
+                    for _ in range(40):  # 20 MB, more than the sockets' buffers hold
+                        writer.write(b"a" * 500_000)
+                        await writer.drain()
+                except (ConnectionError, OSError):
+                    pass  # the server stopped reading: its answer is what matters
+
+            uploading = asyncio.create_task(upload())
+            await asyncio.sleep(0.5)  # the answer is out; megabytes follow it
+            try:
+                answer = await asyncio.wait_for(reader.read(), 10)
+            except (ConnectionError, OSError) as error:
+                answer = repr(error).encode()
+            uploading.cancel()
+            writer.close()
+            return answer
+
+    answer = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert answer.startswith(b"HTTP/1.1 413") and answer.endswith(b"no"), answer[:200]

@@ -11,6 +11,13 @@
   complete within ``body_timeout_s`` of its headers, plus ``BODY_GRACE_S``; otherwise the
   connection is closed. The app answers a late body itself, 408, at ``body_timeout_s``
   (``api/middleware.ReadBodyFirst``): the grace is its time to do so.
+- **Lingering close.** uvicorn closes a connection as soon as an answer without keep-alive ends (the
+  client sent ``Connection: close``, or the server is stopping). If the request's body is still
+  arriving (a 413 or 503 refused on its ``Content-Length`` or its first megabytes), the socket holds
+  unread bytes, and the kernel answers them with a reset that can destroy the answer before the
+  client reads it. Such a close half-closes instead (the answer, then FIN), reads and drops the rest of
+  the body, and closes when the body ends, when the client closes or stays silent for the idle
+  keep-alive, and at the body deadline at the latest: nginx's and Apache's lingering close.
 - **Idle keep-alive per service.** BentoML passes ``bentoml serve --timeout-keep-alive`` to the
   public server only and starts the Encoder with uvicorn's default (5 s), shorter than the 15 s
   for which BentoML's client (aiohttp) keeps an idle connection to reuse: the server closing a
@@ -70,6 +77,7 @@ def limited(stock: dict) -> dict:
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         stock["connection_made"](self, transport)
+        self.body_arriving = self.lingering = False
         LIMITS.open += 1
         LIMITS.requests = self.tasks  # one set per server, shared by its connections
         if LIMITS.keep_alive_s is not None:
@@ -82,12 +90,17 @@ def limited(stock: dict) -> dict:
 
     def on_headers_complete(self) -> None:
         _stop_clock(self, HEADERS)
+        self.body_arriving = True
         stock["on_headers_complete"](self)
+        self.cycle.transport = LingeringClose(self)  # what the request's cycle closes when no keep-alive is due
         _start_clock(self, BODY, None if LIMITS.body_timeout_s is None else LIMITS.body_timeout_s + BODY_GRACE_S)
 
     def on_message_complete(self) -> None:
         _stop_clock(self, BODY)
+        self.body_arriving = False
         stock["on_message_complete"](self)
+        if self.lingering:
+            self.transport.close()  # the answer is out and every byte of the body read: nothing left to reset
 
     def connection_lost(self, exc: Exception | None) -> None:
         _stop_clock(self, HEADERS)
@@ -102,6 +115,25 @@ def limited(stock: dict) -> dict:
         "on_headers_complete": on_headers_complete,
         "on_message_complete": on_message_complete,
     }
+
+
+class LingeringClose:
+    """A connection's transport as its request's cycle sees it: closed while the request's body is still
+    arriving, it half-closes and lingers (the module's "Lingering close"); otherwise it is the transport."""
+
+    def __init__(self, connection) -> None:
+        self.connection, self.transport = connection, connection.transport
+
+    def __getattr__(self, name: str):
+        return getattr(self.transport, name)
+
+    def close(self) -> None:
+        connection, transport = self.connection, self.transport
+        if not connection.body_arriving or connection.lingering or transport.is_closing() or not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()  # after the answer already written
+        connection.lingering = True
 
 
 def _start_clock(connection, name: str, seconds: float | None) -> None:
