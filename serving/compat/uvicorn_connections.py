@@ -90,9 +90,10 @@ def limited(stock: dict) -> dict:
 
     def on_headers_complete(self) -> None:
         _stop_clock(self, HEADERS)
-        self.body_arriving = True
+        self.body_arriving, previous = True, self.cycle
         stock["on_headers_complete"](self)
-        self.cycle.transport = LingeringClose(self)  # what the request's cycle closes when no keep-alive is due
+        if self.cycle is not previous:  # a request's cycle (not a protocol upgrade): what it closes when no keep-alive is due
+            self.cycle.transport = LingeringClose(self)
         _start_clock(self, BODY, None if LIMITS.body_timeout_s is None else LIMITS.body_timeout_s + BODY_GRACE_S)
 
     def on_message_complete(self) -> None:
