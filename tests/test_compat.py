@@ -33,7 +33,7 @@ from fastapi.testclient import TestClient
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
 from serving import compat
-from serving.compat import bentoml_batcher, bentoml_internals, bentoml_metrics, bentoml_requests, uvicorn_connections
+from serving.compat import bentoml_arbiter, bentoml_batcher, bentoml_internals, bentoml_metrics, bentoml_requests, uvicorn_connections
 from serving.compat.bentoml_batcher import DispatchWhenFree, StockOptimizer
 from serving.compat.bentoml_requests import cache_media_types
 from serving.connections import limit_connections
@@ -555,6 +555,41 @@ def test_limit_connections_refuses_an_unpatched_uvicorn(monkeypatch):
     monkeypatch.setattr("serving.connections.applied", lambda: False)
     with pytest.raises(RuntimeError, match=re.escape("serving.compat.apply()")):
         limit_connections(header_timeout_s=5, body_timeout_s=5, keep_alive_s=5)
+
+
+# bentoml_arbiter: the services' sockets kept until the watchers have stopped.
+
+
+def stopping_order(monkeypatch, stop) -> list[str]:
+    """What BentoML's arbiter does, in order, as SIGTERM stops it with ``stop`` and circus then closes its sockets;
+    circus's own steps recorded, not run."""
+    from contextlib import ExitStack
+
+    from bentoml._internal.utils.circus import Arbiter
+    from circus.arbiter import Arbiter as CircusArbiter
+
+    done: list[str] = []
+    monkeypatch.setattr(CircusArbiter, "stop", lambda self: done.append("watchers stopped"))
+    monkeypatch.setattr(CircusArbiter, "stop_controller_and_close_sockets", lambda self: done.append("sockets closed"))
+    monkeypatch.setattr(Arbiter, "stop", stop)
+    arbiter = Arbiter.__new__(Arbiter)
+    arbiter.exit_stack = ExitStack()
+    arbiter.exit_stack.callback(done.append, "socket files removed")
+    arbiter.stop()
+    arbiter.stop_controller_and_close_sockets()
+    return done
+
+
+def test_still_needed_bentoml_arbiter_stock_stop_removes_the_socket_files_before_the_watchers_stop(monkeypatch):
+    order = stopping_order(monkeypatch, bentoml_arbiter.STOCK_STOP)
+    assert order[:2] == ["socket files removed", "watchers stopped"], can_go("bentoml_arbiter")
+
+
+def test_the_socket_files_are_removed_after_the_watchers_have_stopped(monkeypatch):
+    compat.apply()
+    from bentoml._internal.utils.circus import Arbiter
+
+    assert stopping_order(monkeypatch, Arbiter.stop) == ["watchers stopped", "sockets closed", "socket files removed"]
 
 
 def test_gpus_are_read_from_bentomls_own_inventory():

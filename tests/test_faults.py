@@ -257,17 +257,24 @@ def test_sigterm_answers_accepted_requests_then_exits(embed_tag, logs):
             exits.start()
             os.killpg(server.process.pid, signal.SIGTERM)
             answers = await asyncio.gather(*accepted)
+            # A worker whose pooled connections are busy opens one more to the Encoder: its socket is still there.
+            socket_kept = Path(encoder_socket).exists()
             # The Encoder has run no batch for longer than its quiet spell (1 s), but a caller still needs it.
             await asyncio.sleep(2.0)
             uploaded = await upload.finish()
             asked = time.monotonic()
             late = await one(99)
-            return answers + [uploaded], len(in_flight), (late[0], time.monotonic() - asked)
+            return answers + [uploaded], len(in_flight), (late[0], time.monotonic() - asked), socket_kept
 
     with running(embed_tag, logs, "drain") as server:
         exits = ExitTimes(server.process.pid)
+        (encoder_socket,) = {
+            connection.laddr
+            for connection in psutil.Process(server.process.pid).net_connections("unix")
+            if "bentoml-uds" in connection.laddr
+        }
         started = time.monotonic()
-        answers, in_flight, late = asyncio.run(drain(server))
+        answers, in_flight, late, socket_kept = asyncio.run(drain(server))
         server.process.wait(timeout=60)
         elapsed = time.monotonic() - started
         exits.join(timeout=1)
@@ -276,6 +283,7 @@ def test_sigterm_answers_accepted_requests_then_exits(embed_tag, logs):
     # the upload's too, though its call came after a quiet spell.
     assert in_flight >= 8 and [status for status, _ in answers] == [200] * len(answers), (in_flight, answers)
     assert answers[-1] == (200, True), answers[-1]
+    assert socket_kept, "the Encoder's socket file was removed while it drained (serving/compat/bentoml_arbiter.py)"
     refusal, waited_s = late
     # refused once the Encoder has exited and the arbiter closed the socket (seconds on a slow machine), not hung
     assert refusal in {"ClientConnectorError", "ClientOSError", "ServerDisconnectedError"} and waited_s < 30, (late, exits)

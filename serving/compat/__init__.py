@@ -6,6 +6,7 @@ tests/test_compat.py holds, per patch, a test of the upstream behaviour it corre
 upgrade fixes that behaviour upstream, the test fails and says which patch can go.
 
 - ``bentoml_batcher``      BentoML's adaptive batcher without its learned idle wait
+- ``bentoml_arbiter``      the services' Unix sockets kept until the supervisor's processes have stopped
 - ``bentoml_requests``     a media type per class, the timeout timer cancelled, failed requests and probes answered, spans when exported
 - ``bentoml_metrics``      BentoML's HTTP metrics labelled by route template, not raw path
 - ``uvicorn_connections``  headers and body deadlines and a keep-alive per service, on uvicorn's httptools protocol
@@ -18,14 +19,14 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from . import bentoml_batcher, bentoml_metrics, bentoml_requests, uvicorn_connections
+from . import bentoml_arbiter, bentoml_batcher, bentoml_metrics, bentoml_requests, uvicorn_connections
 from .bentoml_internals import NEVER_RECYCLE
 
 __all__ = ["NEVER_RECYCLE", "WRITTEN_FOR", "IncompatibleVersion", "apply"]
 
 # The versions these patches were read from and tested against (pinned in requirements/serve-*.txt and constraints.txt).
 WRITTEN_FOR = {
-    "bentoml": "1.4.40",  # every module but uvicorn_connections
+    "bentoml": "1.4.40",  # every module but uvicorn_connections (bentoml_arbiter: with the circus it requires)
     "uvicorn": "0.54.0",  # uvicorn_connections: its httptools protocol's callbacks and timers
     "fastapi": "0.165.0",  # bentoml_metrics: the routes of an included router
     "starlette": "1.10.0",  # bentoml_metrics (route matching), bentoml_requests (the timeout's 504)
@@ -57,6 +58,7 @@ def check_versions() -> None:
 def apply() -> None:
     """Checks the patched libraries' versions, then applies every patch in this process (twice changes nothing)."""
     check_versions()
+    bentoml_arbiter.apply()
     bentoml_batcher.apply()
     bentoml_requests.apply()
     bentoml_metrics.apply()
