@@ -124,6 +124,8 @@ class LingeringClose:
 
     def __init__(self, connection) -> None:
         self.connection, self.transport = connection, connection.transport
+        # What the cycle calls per answer, bound once: through __getattr__ each cost a failed lookup first (µs, per request).
+        self.write, self.is_closing = self.transport.write, self.transport.is_closing
 
     def __getattr__(self, name: str):
         return getattr(self.transport, name)
