@@ -158,7 +158,7 @@ def of_the_model(runs: dict[str, list], figure, digits: int) -> float:
     return round(statistics.median(figure(ours, alone) for ours, alone in zip(runs["textbento"], runs["model alone"])), digits)
 
 
-def main(rounds: int) -> None:
+def main(rounds: int, output: str = "peers.json") -> None:
     import bentoml
 
     from bench.ceiling import bench_tag, loaded, own_speed
@@ -235,10 +235,14 @@ def main(rounds: int) -> None:
         "runs": runs,
     }
     print(json.dumps({key: report[key] for key in ("medians", "ratios", "of_the_model", "fidelity_to_transformers_fp32")}, indent=1))
-    write_result("peers.json", report)
+    write_result(output, report)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    main(parser.parse_args().rounds)
+    parser.add_argument(
+        "--output", default="peers.json", help="the result file's name in bench/results/ (another CPU class's run: its own)"
+    )
+    args = parser.parse_args()
+    main(args.rounds, args.output)

@@ -165,7 +165,11 @@ def serve(
 
 
 def cpu_seconds(pid: int) -> dict[str, float]:
-    """CPU time (user + system) used so far by each part of the server whose process group leader is ``pid``."""
+    """CPU time (user + system) used so far by each part of the server whose process group leader is ``pid``.
+
+    An Encoder's is split in two: its event loop (the main thread: HTTP, BentoML's batcher, serde, and a
+    lone pass when it runs there) and its other threads (the forward passes: the inference thread and
+    ONNX Runtime's), so that the way to the model and the model show apart."""
     import psutil
 
     used: dict[str, float] = {}
@@ -174,7 +178,12 @@ def cpu_seconds(pid: int) -> dict[str, float]:
         with contextlib.suppress(psutil.NoSuchProcess):
             command = " ".join(process.cmdline())
             times, part = process.cpu_times(), role(command) if "bentoml" in command else "server"
-            used[part] = used.get(part, 0.0) + times.user + times.system
+            spent = {part: times.user + times.system}
+            if part == "Encoder":
+                main = next((t.user_time + t.system_time for t in process.threads() if t.id == process.pid), 0.0)
+                spent = {"Encoder: event loop": main, "Encoder: model threads": spent[part] - main}
+            for name, seconds in spent.items():
+                used[name] = used.get(name, 0.0) + seconds
     return used
 
 

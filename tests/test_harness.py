@@ -2,10 +2,13 @@
 
 import json
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from harness.results import source, write_result
-from harness.serving import free_port
+from harness.serving import cpu_seconds, free_port
 
 
 def test_a_chosen_port_lies_outside_the_range_bentoml_binds_port_0_from():
@@ -29,3 +32,33 @@ def test_a_result_file_records_the_machine_day_and_commit_it_was_measured_on(tmp
     line = source("figure.json", written)
     assert written["cpu"]["model"] in line and written["date"] in line
     assert source("old.json", {}) == "`bench/results/old.json`: CPU not recorded; date not recorded."
+
+
+BUSY_THREAD = """
+import threading, time
+def spin():
+    end = time.thread_time() + 0.5
+    while time.thread_time() < end:
+        pass
+threading.Thread(target=spin).start()
+print("started", flush=True)
+time.sleep(60)
+"""
+
+
+def test_an_encoders_cpu_is_split_into_its_event_loop_and_its_model_threads():
+    """bench.compare and bench.peers report the Encoder's CPU per request in two parts: a thread that
+    computes counts as the model's, the main thread as the event loop's (0.5 s spun, counted in ticks of 10 ms)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", BUSY_THREAD, "bentoml", "--service-name", "encoder"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout.readline() == "started\n"
+        deadline = time.monotonic() + 30
+        while (used := cpu_seconds(process.pid))["Encoder: model threads"] < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert set(used) == {"Encoder: event loop", "Encoder: model threads"}
+        assert used["Encoder: model threads"] >= 0.4 > 0.2 > used["Encoder: event loop"], used
+    finally:
+        process.kill()
+        process.wait()
