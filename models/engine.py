@@ -18,8 +18,9 @@ from .spec import ModelSpec
 logger = logging.getLogger("textbento")
 # A lone short text, when nothing else is being answered, is computed on the caller's event loop:
 # the hop to the parked inference thread and back and its wake-ups cost a lone request more than
-# the pass (docs/design.md 8). The loop is held for one short pass, on a model whose lone pass is short.
-LOOP_PASS_TOKENS, LOOP_PASS_S = 128, 0.010
+# the pass (docs/design.md 8). The loop is held for one short pass, on a model whose lone pass is short:
+# where a lone pass takes 10 ms or more, the loop gained nothing measurable (docs/design.md 8).
+LOOP_PASS_TOKENS, LOOP_PASS_S = 128, 0.005
 
 Wanted = Callable[[list[int]], list[int]]  # of a group of texts, those still worth computing
 
