@@ -510,6 +510,16 @@ def test_still_needed_uvicorn_connections_stock_protocol_holds_slow_connections_
     )
 
 
+def test_still_needed_uvicorn_connections_stock_protocol_resets_a_refused_upload_without_keep_alive():
+    """uvicorn closes a ``Connection: close`` connection as its answer ends, its body still arriving: the
+    kernel's reset destroys the answer (tests/test_connections.py has the lingering close that keeps it)."""
+    from tests.test_connections import refused_upload_answer
+
+    stock = type("StockHttpToolsProtocol", (uvicorn_connections.Protocol,), uvicorn_connections.STOCK)
+    answer = asyncio.run(asyncio.wait_for(refused_upload_answer(stock), 30))
+    assert b"ConnectionResetError" in answer, can_go("uvicorn_connections (lingering close)") + f": {answer[:200]!r}"
+
+
 def test_the_patched_protocol_has_a_deadline_on_every_slow_connection():
     compat.apply()
     limit_connections(header_timeout_s=5, body_timeout_s=5, keep_alive_s=5)

@@ -270,14 +270,15 @@ def test_an_idle_keep_alive_connection_is_closed(guarded_server):
 
 
 @asynccontextmanager
-async def patched_uvicorn(app, **limits: float) -> AsyncIterator[int]:
-    """uvicorn serving ``app`` in this event loop with textbento's connection patches and ``limits``; yields its port."""
+async def patched_uvicorn(app, protocol: type | str = "httptools", **limits: float) -> AsyncIterator[int]:
+    """uvicorn serving ``app`` in this event loop with textbento's connection patches and ``limits``; yields its port.
+    ``protocol``: uvicorn's HTTP protocol (a class with its stock methods shows what the patches change)."""
     import uvicorn
 
     from serving import compat
     from serving.connections import limit_connections
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http="httptools", log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http=protocol, log_level="warning", lifespan="off"))
     compat.apply()
     limit_connections(**{"header_timeout_s": 5, "body_timeout_s": 5, "keep_alive_s": 5, **limits})
     serving = asyncio.create_task(server.serve())
@@ -370,33 +371,36 @@ def answers_at_once(status: int):
     return app
 
 
+async def refused_upload_answer(protocol: type | str = "httptools") -> bytes:
+    """What a client reads that sends ``Connection: close`` and 20 MB of body refused on its headers (413): the
+    answer, or the error that replaced it."""
+    async with patched_uvicorn(answers_at_once(413), protocol, keep_alive_s=2) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 50000000\r\n\r\n")
+
+        async def upload() -> None:
+            try:
+                for _ in range(40):  # 20 MB, more than the sockets' buffers hold
+                    writer.write(b"a" * 500_000)
+                    await writer.drain()
+            except (ConnectionError, OSError):
+                pass  # the server stopped reading: its answer is what matters
+
+        uploading = asyncio.create_task(upload())
+        await asyncio.sleep(0.5)  # the answer is out; megabytes follow it
+        try:
+            answer = await asyncio.wait_for(reader.read(), 10)
+        except (ConnectionError, OSError) as error:
+            answer = repr(error).encode()
+        uploading.cancel()
+        writer.close()
+        return answer
+
+
 def test_a_refused_upload_without_keep_alive_gets_its_answer_not_a_reset():
     """A client that sends ``Connection: close`` and a body refused before it is read (a 413 on its
     Content-Length): closed at once, the server's socket would hold the unread megabytes, and the kernel's
-    reset destroyed the answer before the client read it. It lingers instead: the answer, FIN, the rest read."""
-
-    async def scenario() -> bytes:
-        async with patched_uvicorn(answers_at_once(413), keep_alive_s=2) as port:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 50000000\r\n\r\n")
-
-            async def upload() -> None:
-                try:
-                    for _ in range(40):  # 20 MB, more than the sockets' buffers hold
-                        writer.write(b"a" * 500_000)
-                        await writer.drain()
-                except (ConnectionError, OSError):
-                    pass  # the server stopped reading: its answer is what matters
-
-            uploading = asyncio.create_task(upload())
-            await asyncio.sleep(0.5)  # the answer is out; megabytes follow it
-            try:
-                answer = await asyncio.wait_for(reader.read(), 10)
-            except (ConnectionError, OSError) as error:
-                answer = repr(error).encode()
-            uploading.cancel()
-            writer.close()
-            return answer
-
-    answer = asyncio.run(asyncio.wait_for(scenario(), 30))
+    reset destroyed the answer before the client read it (tests/test_compat.py shows it still does). It
+    lingers instead: the answer, FIN, the rest read."""
+    answer = asyncio.run(asyncio.wait_for(refused_upload_answer(), 30))
     assert answer.startswith(b"HTTP/1.1 413") and answer.endswith(b"no"), answer[:200]
