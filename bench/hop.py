@@ -21,8 +21,12 @@ import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
+from pathlib import Path
+
+import uvloop
 
 from bench.compare import load
 from harness.results import write_result
@@ -39,7 +43,7 @@ FLOORS = {
 ANSWER = 384 * 4
 # A Unix socket echo server: a 4-byte length, the request, answered by a 4-byte length and ANSWER bytes.
 ECHO = f"""
-import asyncio, os, struct, sys, uvloop
+import asyncio, struct, sys, uvloop
 async def answer(reader, writer):
     row = struct.pack("<I", {ANSWER}) + bytes({ANSWER})
     try:
@@ -59,11 +63,11 @@ uvloop.run(main())
 
 def bare_round_trip_ms(calls: int = 3000) -> float:
     """The median round trip of a 32-byte request and its answer between two processes over a Unix socket."""
-    import tempfile
+    with tempfile.TemporaryDirectory() as directory:
+        return round_trip_ms(str(Path(directory, "echo.sock")), calls)
 
-    import uvloop
 
-    path = tempfile.mktemp(suffix=".sock")
+def round_trip_ms(path: str, calls: int) -> float:
     server = subprocess.Popen([sys.executable, "-c", ECHO, path], stdout=subprocess.PIPE, text=True)
     try:
         server.stdout.readline()
