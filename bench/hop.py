@@ -1,6 +1,6 @@
 """Where a one-text request's time goes at c=1, against floors with nothing to compute, on this machine.
 
-    python -m bench.hop      # → bench/results/hop.json (~5 min)
+    python -m bench.hop      # → bench/results/hop.json (~9 min on 2 cores)
 
 Served side by side and measured in turns (``ROUNDS``, medians), each at one request at a time:
 textbento (``make serve``'s defaults); BentoML's stack as textbento runs it with no work in it
