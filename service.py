@@ -28,8 +28,8 @@ from api.pipeline import Pipeline
 from api.routes import ROUTERS
 from models.engine import Engine
 from models.spec import ModelSpec
-from serving import compat
-from serving.compat import NEVER_RECYCLE
+from serving import compat, socket_hop
+from serving.compat import NEVER_RECYCLE, batcher
 from serving.connections import limit_connections, open_connections, requests_in_progress
 from serving.drain import Drain
 from serving.gone import Dropped
@@ -62,6 +62,8 @@ class Encoder:
             header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s, keep_alive_s=ENCODER_KEEP_ALIVE_S
         )
         telemetry.backend(self.name, self.engine.backend)
+        # The API workers' calls, on a Unix socket of its own too, into the same batcher (serving/socket_hop.py).
+        self.socket = socket_hop.Listening(self.name, batcher("encode"))
         telemetry.sample_held(
             {
                 "inference": lambda: self.engine.thread.held,
@@ -90,6 +92,10 @@ class Encoder:
     @bentoml.api
     def runtime(self) -> dict[str, Any]:
         return self.engine.card()
+
+    @bentoml.on_shutdown
+    def stop_listening(self) -> None:
+        self.socket.close()
 
 
 ENCODERS = [

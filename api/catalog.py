@@ -24,6 +24,7 @@ from models.calibration import load_ranges
 from models.spec import ModelSpec
 from models.tasks import task_of
 from models.tokenization import Side, SideTokenizer, TextTokenizer
+from serving import socket_hop
 from serving.coalesce import Coalescer
 from serving.gone import Forgetter
 from serving.hop import LoneCalls, resend_unanswered
@@ -85,7 +86,8 @@ def served_model(model: bentoml.models.BentoModel, encoder: Callable[[], Any]) -
     first called): its tokenizer, and its calls to the Encoder, shared by concurrent requests (``serving/coalesce.py``)."""
     stored = ModelSpec.of(model)
     spec = dataclasses.replace(stored, source=shown_source(stored.source))  # what /v1/models and /info show
-    encode = resend_unanswered(lambda token_ids: encoder().to_async.encode(token_ids), settings.encoder_attempts, LoneCalls(model.tag.name))
+    calls = socket_hop.calls(model.tag.name, http=lambda token_ids: encoder().to_async.encode(token_ids))
+    encode = resend_unanswered(calls, settings.encoder_attempts, LoneCalls(model.tag.name))
     return ServedModel(
         name=model.tag.name,
         tag=str(model.tag),

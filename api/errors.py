@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from serving.coalesce import ItemFailed
+from serving.socket_hop import HopFailed
 from serving.telemetry import telemetry
 
 logger = logging.getLogger("textbento")
@@ -149,7 +150,7 @@ def install_error_handlers(app: FastAPI) -> None:
         message = f"the model failed on text {failed.index} of this request ({failed.reason}); sent again, it would fail again"
         return error_response(APIError(500, "model_failed", message), request.url.path)
 
-    async def on_encoder_unreachable(request: Request, exc: aiohttp.ClientError) -> JSONResponse:
+    async def on_encoder_unreachable(request: Request, exc: aiohttp.ClientError | HopFailed) -> JSONResponse:
         logger.error("a model's Encoder is unreachable: %r", exc)
         error = APIError(503, "runner_unavailable", "the model's Encoder is unavailable; retry shortly", retry_after=1)
         return error_response(error, request.url.path)
@@ -164,4 +165,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, on_http)
     app.add_exception_handler(BentoMLException, on_dependency)
     app.add_exception_handler(aiohttp.ClientError, on_encoder_unreachable)
+    app.add_exception_handler(HopFailed, on_encoder_unreachable)
     app.add_exception_handler(Exception, on_unexpected)

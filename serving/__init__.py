@@ -10,6 +10,7 @@ touched in ``compat`` only, each patch there checked against the version it was 
 - ``settings``     serving configuration from ``TEXTBENTO_*`` environment variables, derived values included
 - ``coalesce``     concurrent requests' texts → fewer, larger calls to the Encoder (API workers)
 - ``hop``          the call to the Encoder: sent again when the Encoder never read it, text by text when it died computing it
+- ``socket_hop``   that call on a Unix socket of the Encoder's own, into its batcher, HTTP where the socket cannot be reached
 - ``wire``         what that call carries: token ids and rows as bytes, one chunk per call
 - ``connections``  each service's connection deadlines, and the connections and requests its server holds now
 - ``drain``        on SIGTERM, the Encoder answers its callers' last calls before it stops

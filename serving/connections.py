@@ -1,4 +1,4 @@
-"""Each service's connection limits, and what its server holds now.
+"""Each service's connection limits, and what its servers hold now.
 
 The deadlines themselves are a patch of uvicorn (``serving/compat/uvicorn_connections.py``: headers,
 body and an idle keep-alive per service); ``limit_connections`` gives them this service's values.
@@ -11,16 +11,17 @@ from __future__ import annotations
 import resource
 
 from .compat.uvicorn_connections import LIMITS, applied
+from .socket_hop import HELD
 
 
 def open_connections() -> int:
-    """HTTP connections this process's server holds now (``textbento_held``)."""
-    return LIMITS.open
+    """Connections this process's servers hold now, HTTP and the socket hop's (``textbento_held``)."""
+    return LIMITS.open + HELD.connections
 
 
 def requests_in_progress() -> int:
-    """HTTP requests this process's server is answering now, every route's."""
-    return len(LIMITS.requests)
+    """Requests this process's servers are answering now: HTTP, every route's, and calls on the socket hop."""
+    return len(LIMITS.requests) + HELD.calls
 
 
 def limit_connections(*, header_timeout_s: float, body_timeout_s: float, keep_alive_s: float) -> None:

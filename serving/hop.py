@@ -1,6 +1,7 @@
 """The hop from an API worker to the Encoder: a call the Encoder never read is sent again; the texts of a
 call it stopped answering are sent again alone, so that a text that kills it fails alone.
 
+What follows holds for both ways to the Encoder (``serving/socket_hop.py``); HTTP's is the intricate one.
 API workers call the Encoder over keep-alive connections from aiohttp's pool. A connection that the
 Encoder's server closes just as a busy API worker takes it from the pool (before its event loop has
 seen the close) fails while the call is written: ``ClientOSError('Can not write request body ...')``
@@ -43,13 +44,21 @@ from typing import Any, TypeVar
 import aiohttp
 
 from .coalesce import ItemFailed
+from .socket_hop import CutShort, NotSent
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 logger = logging.getLogger("textbento")
 
-# The connection failed before the answer was whole; ServerTimeoutError (a timeout) is not here.
-NOT_ANSWERED = (aiohttp.ClientOSError, aiohttp.ClientConnectionResetError, aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)
+# The connection failed before the answer was whole (HTTP, or the socket hop); ServerTimeoutError (a timeout) is not here.
+NOT_ANSWERED = (
+    aiohttp.ClientOSError,
+    aiohttp.ClientConnectionResetError,
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientPayloadError,
+    NotSent,
+    CutShort,
+)
 RESEND_AFTER_S = 0.05
 LOCK_POLL_S = 0.01
 FAILED_ALONE = "the Encoder stopped while computing this text, with other texts and then alone"
@@ -60,7 +69,7 @@ def unsent(error: BaseException) -> bool:
     connection it had closed (aiohttp could not write the request, or the socket said so: a broken pipe,
     or a reset on what the server left unread). An Encoder that read a call and died computing it closes
     the connection cleanly (``ServerDisconnectedError``) or cuts its answer short (``ClientPayloadError``)."""
-    if isinstance(error, (aiohttp.ClientConnectorError, aiohttp.ClientConnectionResetError)):
+    if isinstance(error, (aiohttp.ClientConnectorError, aiohttp.ClientConnectionResetError, NotSent)):
         return True
     return isinstance(error, aiohttp.ClientOSError) and (
         error.errno in (errno.EPIPE, errno.ECONNRESET) or "Can not write request body" in str(error)

@@ -59,6 +59,10 @@ class Settings(BaseSettings):
     encoder_attempts: int = Field(
         3, ge=1, description="times a call the Encoder never read is sent (1: a call is never sent again, in whole or text by text)"
     )
+    # serving/socket_hop.py; docs/design.md 8.
+    encoder_hop: Literal["socket", "http"] = Field(
+        "socket", description="how the API workers call the Encoders: a Unix socket of each Encoder's own, or BentoML's HTTP"
+    )
     # serving/coalesce.py; docs/design.md 6.
     calls_in_flight: int = Field(
         2, ge=1, description="calls to the Encoder in flight per API worker; texts arriving meanwhile share the next"
@@ -99,6 +103,11 @@ class Settings(BaseSettings):
     metrics: bool = Field(True, description="textbento's Prometheus families and trace spans (off: BentoML's only)")
     otlp_endpoint: str = Field("", description="OTLP/HTTP traces endpoint (e.g. http://collector:4318/v1/traces); empty: no traces")
     trace_sample_rate: float = Field(1.0, ge=0, le=1, description="share of requests traced when otlp_endpoint is set")
+
+    @property
+    def socket_hop(self) -> bool:
+        """Whether the Encoders' calls go on their own sockets: not where traces are exported, which follow HTTP calls only."""
+        return self.encoder_hop == "socket" and not self.otlp_endpoint
 
     @property
     def tracing(self) -> dict:

@@ -1,6 +1,7 @@
 """service.py served with a fault (tests only): the Encoder's server drops the connection of every
-``TEXTBENTO_TEST_DROP_EVERY``-th call to ``/encode``: as its request arrives, before any answer, or
-with ``TEXTBENTO_TEST_DROP_AT=answer`` halfway through the answer's body (an Encoder dying as it answers).
+``TEXTBENTO_TEST_DROP_EVERY``-th call to ``/encode`` (served with ``TEXTBENTO_ENCODER_HOP=http``): as
+its request arrives, before any answer, or with ``TEXTBENTO_TEST_DROP_AT=answer`` halfway through the
+answer's body (an Encoder dying as it answers).
 With ``TEXTBENTO_TEST_POISON_ID``, the Encoder kills its own process (SIGKILL, as the kernel's OOM
 killer would) when a pass holds a text with that token id: a text that kills every Encoder it meets;
 with ``TEXTBENTO_TEST_SLOW_ID``, a pass holding that id takes a second longer (a call held out while

@@ -130,6 +130,32 @@ def test_the_patched_batcher_exists_and_uses_the_fix():
     assert "self.optimizer.wait" in Path(dispatcher.__file__).read_text()  # what the dispatch loop idles on
 
 
+def test_calls_from_the_socket_hop_reach_the_batcher_of_the_service_being_served(monkeypatch):
+    """``batcher`` feeds a call to the ``batch_infer`` of the factory that created this process's service
+    instance, with the arguments BentoML's HTTP route gives it (``ServiceAppFactory.api_endpoint``)."""
+    assert "output = await self.batch_infer(name, call_args, call_kwargs)" in inspect.getsource(bentoml_batcher.ServiceAppFactory)
+    created, fed = [], []
+
+    async def stock(factory, app):
+        created.append(bentoml_batcher.serving[0] is factory)
+
+    class Factory:
+        async def batch_infer(self, name, args, kwargs):
+            fed.append((name, args, kwargs))
+            return "answer"
+
+    monkeypatch.setattr(bentoml_batcher, "stock_create_instance", stock)
+    monkeypatch.setattr(bentoml_batcher, "serving", [])
+    with pytest.raises(RuntimeError):
+        bentoml_batcher.batcher("encode")
+    bentoml_batcher.apply()
+    assert bentoml_batcher.ServiceAppFactory.create_instance is bentoml_batcher.kept_create_instance
+    factory = Factory()
+    asyncio.run(bentoml_batcher.kept_create_instance(factory, app=None))
+    assert created == [True]  # kept before the instance (whose __init__ calls ``batcher``) is created
+    assert asyncio.run(bentoml_batcher.batcher("encode")([b"ids"])) == "answer" and fed == [("encode", ([b"ids"],), {})]
+
+
 def test_the_learned_wait_stays_zero_after_long_waits():
     optimizer = DispatchWhenFree(max_latency=60.0)
     for stat in burst_stats():

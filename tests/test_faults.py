@@ -188,8 +188,10 @@ def test_calls_dropped_before_an_answer_are_sent_again_text_by_text(embed_tag, l
     answers. Such a call's texts are sent again alone (the default 3 attempts); a text whose lone call
     is a 7th call too looks like one that kills the Encoder, and only its request fails (500
     ``model_failed``): 12 and 11 of 300 in one run, every other request 200. Sent once
-    (``TEXTBENTO_ENCODER_ATTEMPTS=1``), every request in a dropped call is lost (503)."""
+    (``TEXTBENTO_ENCODER_ATTEMPTS=1``), every request in a dropped call is lost (503). The calls go by
+    HTTP, whose server drops them; the socket hop's faults: tests/test_socket_hop.py."""
     env = {"TEXTBENTO_TEST_DROP_EVERY": "7", "TEXTBENTO_TEST_DROP_AT": where, "TEXTBENTO_ENCODER_ATTEMPTS": str(attempts)}
+    env["TEXTBENTO_ENCODER_HOP"] = "http"
     with running(embed_tag, logs, f"drop-{where}-{attempts}", target="tests.dropping_encoder:TextBento", **env) as server:
         body = lambda i: {"input": [f"text {i} {j}" for j in range(1 + i % 4)]}
         result = asyncio.run(closed_loop(f"{server.url}/v1/embeddings", body, concurrency=8, requests=300, deadline_s=90))

@@ -106,8 +106,9 @@ def written_paths(container: dict) -> dict[str, str]:
         home: "BentoML's home: bentos/, models/, envs/ and tmp/ made at start (_internal/configuration/containers.py)",
         f"{home}/prometheus_multiproc_dir": "the Prometheus multiprocess files, emptied at start (bentoml/serving.py "
         "ensure_prometheus_dir); the API workers' lone-call lock (serving/hop.py)",
-        env_values(container).get("TMPDIR", "/tmp"): "tempfile: the Unix sockets to the Encoder (bentoml-uds-*), BentoML's "
-        "client folders, the uint8 rewrite of an int8 graph past 2 GiB (models/backends/onnx_backend.py)",
+        env_values(container).get("TMPDIR", "/tmp"): "tempfile: the Unix sockets to the Encoder (bentoml-uds-*, and "
+        "textbento-* of serving/socket_hop.py), BentoML's client folders, the uint8 rewrite of an int8 graph past 2 GiB "
+        "(models/backends/onnx_backend.py)",
     }
 
 

@@ -5,7 +5,7 @@ Each patch was read from, and is tested against, one version of the library it p
 tests/test_compat.py holds, per patch, a test of the upstream behaviour it corrects: when an
 upgrade fixes that behaviour upstream, the test fails and says which patch can go.
 
-- ``bentoml_batcher``      BentoML's adaptive batcher without its learned idle wait
+- ``bentoml_batcher``      BentoML's adaptive batcher without its learned idle wait, and fed by the socket hop too
 - ``bentoml_arbiter``      the services' Unix sockets kept until the supervisor's processes have stopped
 - ``bentoml_requests``     a media type per class, the timeout timer cancelled, failed requests and probes answered, spans when exported
 - ``bentoml_metrics``      BentoML's HTTP metrics labelled by route template, not raw path
@@ -20,9 +20,10 @@ from __future__ import annotations
 from importlib import metadata
 
 from . import bentoml_arbiter, bentoml_batcher, bentoml_metrics, bentoml_requests, uvicorn_connections
+from .bentoml_batcher import batcher
 from .bentoml_internals import NEVER_RECYCLE
 
-__all__ = ["NEVER_RECYCLE", "WRITTEN_FOR", "IncompatibleVersion", "apply"]
+__all__ = ["NEVER_RECYCLE", "WRITTEN_FOR", "IncompatibleVersion", "apply", "batcher"]
 
 # The versions these patches were read from and tested against (pinned in requirements/serve-*.txt and constraints.txt).
 WRITTEN_FOR = {
