@@ -133,6 +133,7 @@ def summary(runs: dict[str, list[dict]]) -> dict:
             "a bare round trip between two processes": bare,
             "a mounted FastAPI route, over BentoML's own": round(mounted - hop, 2),
             "textbento over its lone pass": round(p50["textbento"] - lone_pass, 2),
+            "textbento over its lone pass and BentoML's one-process floor": round(p50["textbento"] - lone_pass - solo, 2),
             "textbento over its lone pass and the mounted hop's floor": round(p50["textbento"] - lone_pass - mounted, 2),
         },
         "cpu_ms_per_call_of_the_hop": round(sum(cpu[HOP].values()) - sum(cpu[SOLO].values()), 2),

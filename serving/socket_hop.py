@@ -1,9 +1,9 @@
 """The API workers' calls to an Encoder without HTTP: length-framed pickles on a Unix socket of the
 Encoder's own, into the same BentoML batcher as an HTTP call.
 
-BentoML's hop costs a one-text request about 3.2 ms (its client, its HTTP server and their layers
+BentoML's hop costs a one-text request about 3 ms (its client, its HTTP server and their layers
 around the batcher) where a bare round trip between two processes takes 0.05 ms (docs/design.md 8).
-So each Encoder also listens on a socket of its own: a call is a 4-byte length and the pickled token
+So each Encoder also listens on a socket of its own: a call is an 8-byte length and the pickled token
 ids (``serving/wire.py``), its answer a length and the pickled ``(status, rows or error message)``.
 What an HTTP call gets, a socket call gets too: BentoML's batcher (``compat.bentoml_batcher.batcher``),
 the Encoder's timeout (504), its errors by status, the drain's count of callers and of calls in
@@ -111,19 +111,37 @@ class Listening:
         self.path, self.server = socket_path(model), None
         if self.path is None:
             return
-        with contextlib.suppress(FileExistsError):
-            self.path.parent.mkdir(mode=0o700)
-        if not private(self.path.parent):
-            logger.warning("the calls to this Encoder go by HTTP: %s is not a directory of this user's alone", self.path.parent)
+        try:
+            listening = self.bound(self.path)
+        except OSError as error:  # a read-only or foreign temporary directory, say
+            logger.warning("the calls to this Encoder go by HTTP: %s", error)
             self.path = None
             return
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()  # a dead predecessor's
-        listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listening.bind(str(self.path))
-        listening.listen(1024)
         loop = asyncio.get_running_loop()
         self.server = loop.create_task(loop.create_unix_server(partial(Answering, answer), sock=listening))
+        self.server.add_done_callback(partial(self.started, listening))
+
+    def started(self, listening: socket.socket, server: asyncio.Task) -> None:
+        """Where its server did not start, the socket goes, lest calls wait in a backlog no one accepts."""
+        if server.cancelled() or server.exception() is None:
+            return
+        logger.error("the calls to this Encoder go by HTTP: its socket's server did not start (%r)", server.exception())
+        listening.close()
+        self.close()
+
+    @staticmethod
+    def bound(path: Path) -> socket.socket:
+        """A socket listening at ``path``, in a directory of this user's alone."""
+        with contextlib.suppress(FileExistsError):
+            path.parent.mkdir(mode=0o700)
+        if not private(path.parent):
+            raise PermissionError(f"{path.parent} is not a directory of this user's alone")
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a dead predecessor's
+        listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listening.bind(str(path))
+        listening.listen(1024)
+        return listening
 
     def close(self) -> None:
         """Removes the socket (its directory too, by the server's last Encoder to stop); calls in progress are answered."""

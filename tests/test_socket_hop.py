@@ -241,3 +241,22 @@ def test_idle_connections_are_closed_by_the_caller_and_hold_no_task_in_the_encod
     pooled, after = asyncio.run(scenario())
     assert pooled == (2, 0), "two idle connections, and no task of the Encoder's for them"
     assert after == (0, 0, None)
+
+
+def test_a_socket_whose_server_did_not_start_is_removed_and_calls_go_by_http(tempdir, monkeypatch):
+    """Else calls would wait in the backlog of a socket no one accepts on, until their deadline."""
+
+    async def scenario():
+        async def broken(*args, **kwargs):
+            raise OSError("no server")
+
+        monkeypatch.setattr(asyncio.get_running_loop(), "create_unix_server", broken)
+        listening = Listening("model-i", doubled)
+        path = socket_hop.socket_path("model-i")
+        await asyncio.sleep(0.01)
+        http_calls: list = []
+        answer = await asyncio.wait_for(SocketCalls(path, by_http(http_calls))([1]), 5)
+        return listening.path, answer, http_calls
+
+    path, answer, http_calls = asyncio.run(scenario())
+    assert not path.exists() and answer == ["by http"] and http_calls == [[1]]
