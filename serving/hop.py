@@ -1,7 +1,8 @@
 """The hop from an API worker to the Encoder: a call the Encoder never read is sent again; the texts of a
 call it stopped answering are sent again alone, so that a text that kills it fails alone.
 
-What follows holds for both ways to the Encoder (``serving/socket_hop.py``); HTTP's is the intricate one.
+The two kinds below hold for both ways to the Encoder; the socket hop's errors are told apart in
+``serving/socket_hop.py`` (``NotSent``, ``CutShort``), and what follows is the HTTP hop's case.
 API workers call the Encoder over keep-alive connections from aiohttp's pool. A connection that the
 Encoder's server closes just as a busy API worker takes it from the pool (before its event loop has
 seen the close) fails while the call is written: ``ClientOSError('Can not write request body ...')``
