@@ -190,7 +190,8 @@ class Answering(asyncio.Protocol):
     async def respond(self, call: Any) -> None:
         HELD.calls += 1
         try:
-            answered = (OK, await asyncio.wait_for(self.answer(call), settings.timeout_s))
+            async with asyncio.timeout(settings.timeout_s):  # no task of its own, as wait_for would make
+                answered = (OK, await self.answer(call))
         except TimeoutError:
             answered = (HTTPStatus.GATEWAY_TIMEOUT, "the Encoder did not answer in time")
         except BentoMLException as error:  # BentoML's batcher shedding (503), among others
@@ -211,8 +212,7 @@ class SocketCalls:
     def __init__(self, path: Path | None, http: Callable[[Any], Awaitable[Any]]) -> None:
         self.path, self.http = path, http
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
-        self.http_until = 0.0  # calls go by HTTP until then (time.monotonic())
-        self.reachable = True
+        self.http_until = 0.0  # calls go by HTTP until then (time.monotonic()); 0: the socket answered last
         self.sweeping: asyncio.TimerHandle | None = None
 
     async def __call__(self, call: Any) -> Any:
@@ -258,13 +258,13 @@ class SocketCalls:
                 raise FileNotFoundError(f"no directory of this user's alone at {self.path.parent}")
             connection = await asyncio.open_unix_connection(self.path)
         except OSError as error:  # no Encoder listening there: starting, restarting, or served elsewhere
-            if self.reachable:
+            if not self.http_until:
                 logger.warning("the Encoder's socket cannot be reached (%r): its calls go by HTTP until it can", error)
-            self.reachable, self.http_until = False, now + RETRY_SOCKET_S
+            self.http_until = now + RETRY_SOCKET_S
             return None
-        if not self.reachable:
+        if self.http_until:
             logger.info("the Encoder's socket answers again: its calls go by it")
-        self.reachable = True
+            self.http_until = 0.0
         return connection
 
     def keep(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
