@@ -154,6 +154,9 @@ def test_the_served_backend_and_its_fidelity_here_are_exported(observed):
         card["device"],
         card["precision"],
     ]
+    if card["precision"] == "fp32":  # the reference itself, where int8 runs no faster (models.backends.chosen)
+        assert card["fidelity"] is None and "textbento_backend_fidelity" not in families
+        return
     fidelity = {sample.labels["stat"]: sample.value for sample in families["textbento_backend_fidelity"].samples}
     assert card["fidelity"]["passed"] and fidelity == {key: card["fidelity"][key] for key in ("min_cosine", "mean_cosine")}
 

@@ -29,6 +29,9 @@ logger = logging.getLogger("textbento")
 
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino")
 MARGIN = 1.3  # how much faster than the default another compute must run here to be served (``chosen``)
+# How much faster than fp32 here a compute that is not exact must run to be served at all (``chosen``): on a
+# CPU whose int8 kernels are no faster than its fp32 ones (AVX2 on 128-bit units, Zen 1) fp32 is as fast and exact.
+INEXACT_GAIN = 1.1
 
 
 def load_backend(name: str, model_dir: str | Path, spec: ModelSpec, threads: int, trust_remote_code: bool = False) -> Backend:
@@ -123,15 +126,16 @@ def self_checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> tuple[
 def chosen(reference: Backend, candidates: list[Backend], spec: ModelSpec, probe: list) -> Backend:
     """Of fp32 and the candidates that passed their self-check, the one served, with every trial.
 
-    The default is the first candidate that passed (per-token int8: the fastest on every CPU class
-    measured, docs/design.md 5b), else fp32. Another replaces it only when it runs ``MARGIN`` times
-    its texts/s here: timings on a busy machine move by tens of percent, and a server should not
-    change what it computes from one start to the next for less.
+    The default is the first candidate that passed (per-token int8: the fastest on most CPU classes
+    measured, docs/design.md 5b) where it runs ``INEXACT_GAIN`` times fp32's texts/s here, else fp32,
+    which is exact. Another replaces the default only when it runs ``MARGIN`` times its texts/s here:
+    timings on a busy machine move by tens of percent, and a server should not change what it computes
+    from one start to the next for less.
     """
     passed = [candidate for candidate in candidates if candidate.fidelity.passed]
     weighed = [reference, *passed]
     speeds = dict(zip(weighed, texts_per_s(weighed, spec, probe)))
-    served = passed[0] if passed else reference
+    served = passed[0] if passed and speeds[passed[0]] >= INEXACT_GAIN * speeds[reference] else reference
     fastest = max(speeds, key=speeds.get)
     if speeds[fastest] >= MARGIN * speeds[served]:
         served = fastest
@@ -142,7 +146,8 @@ def chosen(reference: Backend, candidates: list[Backend], spec: ModelSpec, probe
         for backend in [reference, *candidates]
     )
     if served is reference and passed:
-        logger.info("fp32 runs %.1fx the texts/s of %s here: serving fp32", speeds[reference] / speeds[passed[0]], passed[0].precision)
+        gain = speeds[passed[0]] / speeds[reference]
+        logger.info("%s runs %.2fx fp32's texts/s here (under %.1fx): serving fp32, exact", passed[0].precision, gain, INEXACT_GAIN)
     return served
 
 
