@@ -42,6 +42,7 @@ from typing import Any
 from bentoml.exceptions import BentoMLException
 
 from .settings import ENCODER_KEEP_ALIVE_S, settings
+from .telemetry import telemetry
 
 logger = logging.getLogger("textbento")
 HEAD = Struct("<Q")  # the pickled frame's length
@@ -209,8 +210,8 @@ class Answering(asyncio.Protocol):
 class SocketCalls:
     """An API worker's calls to one Encoder: on its socket, or by ``http`` while the socket cannot be reached."""
 
-    def __init__(self, path: Path | None, http: Callable[[Any], Awaitable[Any]]) -> None:
-        self.path, self.http = path, http
+    def __init__(self, path: Path | None, http: Callable[[Any], Awaitable[Any]], model: str = "") -> None:
+        self.path, self.http, self.model = path, http, model
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
         self.http_until = 0.0  # calls go by HTTP until then (time.monotonic()); 0: the socket answered last
         self.sweeping: asyncio.TimerHandle | None = None
@@ -218,7 +219,9 @@ class SocketCalls:
     async def __call__(self, call: Any) -> Any:
         connection = await self.connection()
         if connection is None:
+            telemetry.encoder_call(self.model, "http")
             return await self.http(call)
+        telemetry.encoder_call(self.model, "socket")
         reader, writer = connection
         try:
             try:
@@ -292,4 +295,11 @@ class SocketCalls:
 def calls(model: str, http: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
     """An API worker's calls to ``model``'s Encoder: on its socket, ``http`` where it cannot be reached or the hop is HTTP."""
     path = socket_path(model)
-    return http if path is None else SocketCalls(path, http)
+    if path is not None:
+        return SocketCalls(path, http, model)
+
+    async def by_http(call: Any) -> Any:
+        telemetry.encoder_call(model, "http")
+        return await http(call)
+
+    return by_http

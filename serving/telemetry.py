@@ -146,6 +146,12 @@ class Telemetry:
                 ["model", "backend", "precision", "served"],
                 multiprocess_mode="livemax",
             ),
+            # A label bounded by the configured models and the two hops.
+            encoder_calls=prom.Counter(
+                "textbento_encoder_calls",
+                "calls from the API workers to a model's Encoder, by hop: socket, or http (the socket unreachable, or the hop set to HTTP)",
+                ["model", "hop"],
+            ),
             fidelity=prom.Gauge(
                 "textbento_backend_fidelity",
                 "the served fast graph against fp32 on the start-up probe (cosines; sparse: flipped mass; multi-vector: MaxSim error)",
@@ -167,6 +173,10 @@ class Telemetry:
     def rejected(self, error_type: str) -> None:
         if self.enabled and error_type in REJECTIONS:
             self.families.rejected.labels(REJECTIONS[error_type]).inc()
+
+    def encoder_call(self, model: str, hop: str) -> None:
+        if self.enabled:
+            self.families.encoder_calls.labels(model, hop).inc()
 
     def dropped(self, reason: str) -> None:
         """A request's work dropped because nobody waits for it: ``gone`` (its client left) or ``deadline`` (``serving/gone.py``)."""

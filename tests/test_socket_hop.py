@@ -35,6 +35,14 @@ async def doubled(items):
     return [2 * item for item in items]
 
 
+@pytest.fixture
+def hops(monkeypatch) -> list:
+    """The hop of each call the API worker's side sends, as ``textbento_encoder_calls`` counts them: (model, hop)."""
+    counted: list = []
+    monkeypatch.setattr(socket_hop.telemetry, "encoder_call", lambda model, hop: counted.append((model, hop)))
+    return counted
+
+
 def by_http(record: list):
     async def http(items):
         record.append(items)
@@ -93,13 +101,12 @@ def test_the_encoders_errors_keep_their_status_and_calls_in_progress_are_counted
     assert ok == ["fine"] and seen_in_progress == [1, 1, 1, 1]
 
 
-def test_where_the_socket_cannot_be_reached_calls_go_by_http_and_come_back(tempdir, monkeypatch):
+def test_where_the_socket_cannot_be_reached_calls_go_by_http_and_come_back(tempdir, monkeypatch, hops):
     monkeypatch.setattr(socket_hop, "RETRY_SOCKET_S", 0.1)
 
     async def scenario():
         http_calls: list = []
-        path = socket_hop.socket_path("model-c")
-        calls = SocketCalls(path, by_http(http_calls))
+        calls = socket_hop.calls("model-c", by_http(http_calls))
         before = await calls([1])  # no Encoder listening yet: by HTTP
         listening = Listening("model-c", doubled)
         meanwhile = await calls([2])  # within the retry spell: HTTP still
@@ -111,6 +118,7 @@ def test_where_the_socket_cannot_be_reached_calls_go_by_http_and_come_back(tempd
     before, meanwhile, after, http_calls = asyncio.run(scenario())
     assert before == ["by http"] and meanwhile == ["by http"] and after == [6]
     assert http_calls == [[1], [2]]
+    assert hops == [("model-c", "http"), ("model-c", "http"), ("model-c", "socket")]  # the fallback shows in /metrics
 
 
 def test_a_directory_that_is_not_the_users_alone_is_not_used(tempdir):
@@ -128,13 +136,14 @@ def test_a_directory_that_is_not_the_users_alone_is_not_used(tempdir):
     assert answer == ["by http"] and http_calls == [[1]]
 
 
-def test_the_http_setting_and_traces_take_the_socket_away(monkeypatch):
+def test_the_http_setting_and_traces_take_the_socket_away(monkeypatch, hops):
     assert socket_hop.socket_path("m") is not None
     monkeypatch.setattr(socket_hop.settings, "otlp_endpoint", "http://collector:4318/v1/traces")
     assert socket_hop.socket_path("m") is None
     monkeypatch.setattr(socket_hop.settings, "otlp_endpoint", "")
     monkeypatch.setattr(socket_hop.settings, "encoder_hop", "http")
-    assert socket_hop.socket_path("m") is None and socket_hop.calls("m", doubled) is doubled
+    assert socket_hop.socket_path("m") is None and asyncio.run(socket_hop.calls("m", doubled)([1, 2])) == [2, 4]
+    assert hops == [("m", "http")]
 
 
 async def fake_encoder(path: Path, behaviour: str):
