@@ -203,7 +203,12 @@ def main(rounds: int, output: str = "peers.json") -> None:
     alone = {key: statistics.median(row[key] for row in runs["model alone"]) for key in ("alone_pass_ms", "sorted_32_texts_per_s")}
     report = {
         "model": tag,
-        "textbento": {"backend": card["backend"], "precision": card["precision"], "fidelity_self_check": card["fidelity"]},
+        "textbento": {
+            "backend": card["backend"],
+            "precision": card["precision"],
+            "fidelity_self_check": card["fidelity"],
+            "trials": card["trials"],
+        },
         "peer": PEER,
         "peer_packages": [line for line in (BUILD / "infinity-freeze.txt").read_text().split() if line.split("==")[0] in PINNED],
         "rounds": rounds,
