@@ -41,13 +41,14 @@ MIXED = (32, 8)  # of 3-60 words, with --mixed
 
 @contextmanager
 def worktree(ref: str) -> Iterator[Path]:
-    """``ref`` checked out in a scratch git worktree, removed afterwards."""
-    tree = Path(tempfile.mkdtemp(prefix="textbento-compare-")) / "ref"
-    subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref], cwd=ROOT, check=True, capture_output=True)
-    try:
-        yield tree
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=True)
+    """``ref`` checked out in a scratch git worktree, removed afterwards (with the directory it was made in)."""
+    with tempfile.TemporaryDirectory(prefix="textbento-compare-") as scratch:
+        tree = Path(scratch) / "ref"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref], cwd=ROOT, check=True, capture_output=True)
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=True)
 
 
 def import_default(tree: Path, name: str) -> str:
