@@ -56,7 +56,7 @@ def test_calls_go_on_the_socket_into_the_answerer_and_connections_are_reused(tem
         before = HELD.connections  # earlier tests' loops closed, their connections unseen
         listening = Listening("model-a", doubled)
         http_calls: list = []
-        calls = SocketCalls(listening.path, by_http(http_calls))
+        calls = SocketCalls(listening.path, by_http(http_calls), "model")
         answers = [await calls([1, 2]), await calls([3])]
         both = await asyncio.gather(calls([4]), calls([5]))  # two in flight: two connections
         held = HELD.connections - before, open_connections() - before
@@ -86,7 +86,7 @@ def test_the_encoders_errors_keep_their_status_and_calls_in_progress_are_counted
 
     async def scenario():
         listening = Listening("model-b", answer)
-        calls = SocketCalls(listening.path, by_http([]))
+        calls = SocketCalls(listening.path, by_http([]), "model")
         statuses = []
         for items in (["shed"], ["slow"], ["broken"]):
             with pytest.raises(BentoMLException) as raised:
@@ -128,7 +128,7 @@ def test_a_directory_that_is_not_the_users_alone_is_not_used(tempdir):
         path.parent.chmod(0o755)  # whatever the umask
         listening = Listening("model-d", doubled)
         http_calls: list = []
-        answer = await SocketCalls(path, by_http(http_calls))([1])
+        answer = await SocketCalls(path, by_http(http_calls), "model")([1])
         return listening.path, answer, http_calls, path.exists()
 
     listening_path, answer, http_calls, made = asyncio.run(scenario())
@@ -175,7 +175,7 @@ def test_a_call_is_told_unsent_only_where_the_encoder_never_read_it(tempdir, beh
         path.parent.mkdir(mode=0o700)
         stop = await fake_encoder(path, behaviour)
         try:
-            await SocketCalls(path, by_http([]))([1, 2])
+            await SocketCalls(path, by_http([]), "model")([1, 2])
         except Exception as raised:
             return raised
         finally:
@@ -201,7 +201,7 @@ def test_a_cut_call_is_sent_again_text_by_text_and_a_cancelled_one_leaves_no_ans
     async def scenario():
         before = HELD.connections
         listening = Listening("model-f", answer)
-        calls = SocketCalls(listening.path, by_http([]))
+        calls = SocketCalls(listening.path, by_http([]), "model")
         slow = asyncio.create_task(calls(["slow"]))
         await asyncio.sleep(0.05)
         slow.cancel()
@@ -222,7 +222,7 @@ def test_a_cut_call_is_sent_again_text_by_text_and_a_cancelled_one_leaves_no_ans
         path.parent.mkdir(mode=0o700, exist_ok=True)
         stop = await fake_encoder(path, "died")
         try:
-            return await resend_unanswered(SocketCalls(path, by_http(lone)), attempts=3, lone=LoneCalls("g", str(tempdir)))([1, 2])
+            return await resend_unanswered(SocketCalls(path, by_http(lone), "model"), attempts=3, lone=LoneCalls("g", str(tempdir)))([1, 2])
         finally:
             stop()
 
@@ -238,7 +238,7 @@ def test_idle_connections_are_closed_by_the_caller_and_hold_no_task_in_the_encod
     async def scenario():
         before, tasks = HELD.connections, len(asyncio.all_tasks())
         listening = Listening("model-h", doubled)
-        calls = SocketCalls(listening.path, by_http([]))
+        calls = SocketCalls(listening.path, by_http([]), "model")
         await asyncio.gather(calls([1]), calls([2]))
         await asyncio.sleep(0.02)
         pooled = HELD.connections - before, len(asyncio.all_tasks()) - tasks
@@ -264,7 +264,7 @@ def test_a_socket_whose_server_did_not_start_is_removed_and_calls_go_by_http(tem
         path = socket_hop.socket_path("model-i")
         await asyncio.sleep(0.01)
         http_calls: list = []
-        answer = await asyncio.wait_for(SocketCalls(path, by_http(http_calls))([1]), 5)
+        answer = await asyncio.wait_for(SocketCalls(path, by_http(http_calls), "model")([1]), 5)
         return listening.path, answer, http_calls
 
     path, answer, http_calls = asyncio.run(scenario())
