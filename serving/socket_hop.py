@@ -210,7 +210,7 @@ class Answering(asyncio.Protocol):
 class SocketCalls:
     """An API worker's calls to one Encoder: on its socket, or by ``http`` while the socket cannot be reached."""
 
-    def __init__(self, path: Path | None, http: Callable[[Any], Awaitable[Any]], model: str) -> None:
+    def __init__(self, path: Path, http: Callable[[Any], Awaitable[Any]], model: str) -> None:
         self.path, self.http, self.model = path, http, model
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
         self.http_until = 0.0  # calls go by HTTP until then (time.monotonic()); 0: the socket answered last
@@ -254,7 +254,7 @@ class SocketCalls:
             if now - since < CALLER_IDLE_S and not reader.at_eof() and not writer.is_closing():
                 return reader, writer
             writer.close()
-        if self.path is None or now < self.http_until:
+        if now < self.http_until:
             return None
         try:
             if not private(self.path.parent):
