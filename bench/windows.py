@@ -1,6 +1,7 @@
 """Does sorting across the Encoder's calls pay? Its way with a batch, against wider windows, in process.
 
     python -m bench.windows      # → bench/results/windows.json (~5 min)
+    python -m bench.windows --output windows-avx2-zen1.json     # another CPU class's run: its own file
 
 The Encoder sorts and cuts each batch it is given (``run_batch``); a batch holds the calls that arrived
 while the previous one ran. A wider window sorts more texts together, and bulk jobs also run whole
@@ -15,6 +16,7 @@ the rounds (this machine's speed drifts within minutes):
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -50,7 +52,7 @@ def ways(backend, spec, ids: list) -> dict[str, Callable[[], float]]:
     return every
 
 
-def main() -> None:
+def main(output: str = "windows.json") -> None:
     tag = bench_tag()
     backend, spec, _ = loaded("auto", tag)
     tokenizer = TextTokenizer(bentoml.models.get(tag).path, spec.max_length)
@@ -65,8 +67,10 @@ def main() -> None:
             way: {"median": round(statistics.median(r), 1), "best": round(max(r), 1)} for way, r in rounds.items()
         }
         print(kind, {way: row["median"] for way, row in report["texts_per_s"][kind].items()}, flush=True)
-    write_result("windows.json", report, indent=2)
+    write_result(output, report, indent=2)
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default="windows.json", help="the result file's name in bench/results/")
+    main(parser.parse_args().output)
