@@ -3,6 +3,8 @@
     python -m bench.compare 90c58c9     # → bench/results/compare-90c58c9.json
     python -m bench.compare HEAD --set TEXTBENTO_MAX_BATCH_SIZE=32 --mixed
         # a setting against the default: → bench/results/compare-HEAD-TEXTBENTO_MAX_BATCH_SIZE-32.json
+    python -m bench.compare scratch --points 1x1 --rounds 6 --output compare-scratch-c1.json
+        # c=1 alone, against a scratch branch
 
 The machine's speed changes from day to day, so a figure committed another day is no yardstick:
 this checks out ``REF`` in a scratch git worktree, imports the embedded all-MiniLM-L6-v2 with
@@ -110,6 +112,11 @@ def better(old: dict | None, new: dict) -> dict:
     return new if new["texts_per_s"] > old["texts_per_s"] else old
 
 
+def points(text: str) -> list[tuple[int, int]]:
+    """``1x1,32x8`` → [(1, 1), (32, 8)]: (texts per request, concurrency)."""
+    return [tuple(int(number) for number in point.split("x")) for point in text.split(",")]  # type: ignore[misc]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("ref", help="git revision to compare with, e.g. the last landed commit")
@@ -117,9 +124,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--set", action="append", default=[], metavar="TEXTBENTO_NAME=VALUE", help="a setting of this tree's server")
     parser.add_argument("--mixed", action="store_true", help="also 32 texts/request at c=8 of 3-60 words")
+    parser.add_argument("--points", type=points, default=POINTS, help="TEXTSxCONCURRENCY[,...] (default: 1x1,1x64,32x8)")
+    parser.add_argument("--output", help="the result file's name in bench/results/ (default: from REF and the settings)")
     args = parser.parse_args()
     settings = dict(setting.split("=", 1) for setting in args.set)
-    result_name = "-".join([f"compare-{args.ref}", *(f"{key}-{value}" for key, value in settings.items())])
+    result_name = args.output or "-".join([f"compare-{args.ref}", *(f"{key}-{value}" for key, value in settings.items())]) + ".json"
     trees: dict[str, tuple[Path, str]] = {}
     with worktree(args.ref) as ref_tree:
         try:
@@ -131,7 +140,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 for name, (tree, tag) in trees.items():
                     ours = settings if tree == ROOT else None
-                    rounds[name].append(measure(tree, tag, args.seconds, POINTS, ours, mixed=args.mixed))
+                    rounds[name].append(measure(tree, tag, args.seconds, args.points, ours, mixed=args.mixed))
                     figures = ("texts_per_s", "p50_ms", "errors", "cpu_ms_per_request")
                     print(name, {point: tuple(row[key] for key in figures) for point, row in rounds[name][-1].items()}, flush=True)
         finally:
@@ -159,7 +168,7 @@ def main() -> None:
             name: [{k: row["cpu_ms_per_request_by_part"] for k, row in one.items()} for one in rounds[name]] for name in trees
         },
     }
-    write_result(f"{result_name}.json", report, indent=2)
+    write_result(result_name, report, indent=2)
     print("texts/s, this tree / ref, best rounds:", ratios, "median of the paired rounds:", report["median_paired_ratio"])
 
 
