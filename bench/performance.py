@@ -14,7 +14,7 @@ import re
 import statistics
 from pathlib import Path
 
-from harness.results import RESULTS, load, n, pct, source, table
+from harness.results import RESULTS, cpu_class, load, n, pct, source, table
 from reliability.report import reliability
 
 ROOT = RESULTS.parent.parent
@@ -43,7 +43,14 @@ def find(system: dict, mix: str, texts: int, concurrency: int) -> dict | None:
 
 
 def peers(files: dict) -> list[str]:
-    d = files["peers.json"]
+    """One table per run: ``peers.json``, then each other CPU class's (``peers-<class>.json``)."""
+    lines: list[str] = []
+    for name, d in files.items():
+        lines += [f"### {cpu_class(d)} (`{name}`)", "", *peers_run(d), ""]
+    return lines[:-1]
+
+
+def peers_run(d: dict) -> list[str]:
     ours, peer = d["medians"]["textbento"], d["medians"]["infinity"]
     rows = []
     for key, p in d["points"].items():
@@ -226,7 +233,7 @@ def image_details(files: dict) -> list[str]:
 
 
 SECTIONS = [
-    ("Against the peer: infinity-emb (`make bench-peers`)", ["peers.json"], peers),
+    ("Against the peer: infinity-emb (`make bench-peers`)", ["peers.json", "peers-*.json"], peers),
     ("Against the baselines (`make bench`)", ["bench.json"], baselines),
     ("Side by side with an earlier revision (`make bench`)", ["compare-*.json"], compare),
     ("int8 by CPU class (`make cpu-classes`)", ["cpu-classes.json"], cpu_classes),
