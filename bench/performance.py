@@ -43,7 +43,7 @@ def find(system: dict, mix: str, texts: int, concurrency: int) -> dict | None:
 
 
 def peers(files: dict) -> list[str]:
-    """One table per run: ``peers.json``, then each other CPU class's (``peers-<class>.json``)."""
+    """One table per run: ``peers.json``, then the other runs (``peers-<class>.json``, another CPU class or another run)."""
     lines: list[str] = []
     for name, d in files.items():
         lines += [f"### {cpu_class(d)} (`{name}`)", "", *peers_run(d), ""]
