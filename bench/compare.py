@@ -114,7 +114,7 @@ def better(old: dict | None, new: dict) -> dict:
 
 def points(text: str) -> list[tuple[int, int]]:
     """``1x1,32x8`` → [(1, 1), (32, 8)]: (texts per request, concurrency)."""
-    return [tuple(int(number) for number in point.split("x")) for point in text.split(",")]  # type: ignore[misc]
+    return [(int(texts), int(concurrency)) for texts, concurrency in (point.split("x") for point in text.split(","))]
 
 
 def main() -> None:
