@@ -30,7 +30,7 @@ from models.engine import Engine
 from models.spec import ModelSpec
 from serving import compat, socket_hop
 from serving.compat import NEVER_RECYCLE, batcher
-from serving.connections import limit_connections, open_connections, requests_in_progress
+from serving.connections import limit_connections, open_connections
 from serving.drain import Drain
 from serving.gone import Dropped
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
@@ -78,9 +78,7 @@ class Encoder:
     async def encode(self, token_ids: list[bytes]) -> list[tuple[bytes, Any]]:
         texts = ids_from_wire(token_ids)
         with self.drain.batch():
-            rows, passes = await self.engine.run(
-                [text.ids for text in texts], partial(self.dropped.wanted, texts), alone=requests_in_progress() == 1
-            )
+            rows, passes = await self.engine.run([text.ids for text in texts], partial(self.dropped.wanted, texts))
         telemetry.passes(self.name, set(passes) - {None})
         return list(zip(rows_to_wire(rows), passes))
 

@@ -28,7 +28,6 @@ class Backend(Protocol):
     precision: str  # what the graph computes in, e.g. "fp32", "int8", "fp16"
     fidelity: Fidelity | None  # where ``auto`` checked it against fp32 (``models.selfcheck``)
     trials: tuple[Trial, ...]  # where ``auto`` chose it: every compute it weighed here
-    any_thread: bool  # whether ``forward`` runs as fast from any thread as from the one that loaded it
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
 

@@ -19,11 +19,6 @@ def open_connections() -> int:
     return LIMITS.open + HELD.connections
 
 
-def requests_in_progress() -> int:
-    """Requests this process's servers are answering now: HTTP, every route's, and calls on the socket hop."""
-    return len(LIMITS.requests) + HELD.calls
-
-
 def limit_connections(*, header_timeout_s: float, body_timeout_s: float, keep_alive_s: float) -> None:
     """Applies to every connection this process's uvicorn accepts from now on, and raises its open-files limit."""
     if not applied():

@@ -6,11 +6,10 @@ around the batcher) where a bare round trip between two processes takes 0.05 ms 
 So each Encoder also listens on a socket of its own: a call is an 8-byte length and the pickled token
 ids (``serving/wire.py``), its answer a length and the pickled ``(status, rows or error message)``.
 What an HTTP call gets, a socket call gets too: BentoML's batcher (``compat.bentoml_batcher.batcher``),
-the Encoder's timeout (504), its errors by status, the drain's count of callers and of calls in
-progress (``serving/connections.py``), and the resends and lone calls of ``serving/hop.py``: a call
-written into a connection the Encoder had closed is ``NotSent``, one whose answer never came whole
-``CutShort``. An API worker that gives a call up closes its connection; the Encoder skips that call's
-texts when told (``serving/gone.py``), as over HTTP.
+the Encoder's timeout (504), its errors by status, the drain's count of callers (``serving/connections.py``),
+and the resends and lone calls of ``serving/hop.py``: a call written into a connection the Encoder had
+closed is ``NotSent``, one whose answer never came whole ``CutShort``. An API worker that gives a call
+up closes its connection; the Encoder skips that call's texts when told (``serving/gone.py``), as over HTTP.
 
 The socket lies in a directory of the server's own (its user's and its supervisor's, mode 0700: a
 pickle is code, so only the server's processes may send one). An Encoder that dies takes its socket
@@ -58,7 +57,6 @@ class Held:
     """What this process's socket server holds now."""
 
     connections: int = 0
-    calls: int = 0  # being answered
 
 
 HELD = Held()
@@ -189,7 +187,6 @@ class Answering(asyncio.Protocol):
         asyncio.get_running_loop().create_task(self.respond(call))
 
     async def respond(self, call: Any) -> None:
-        HELD.calls += 1
         try:
             async with asyncio.timeout(settings.timeout_s):  # no task of its own, as wait_for would make
                 answered = (OK, await self.answer(call))
@@ -200,8 +197,6 @@ class Answering(asyncio.Protocol):
         except Exception as error:
             logger.exception("an Encoder call failed")
             answered = (HTTPStatus.INTERNAL_SERVER_ERROR, repr(error))
-        finally:
-            HELD.calls -= 1
         if not self.transport.is_closing():  # else the caller left (it gave the call up)
             self.transport.write(frame(answered))
             self.wait_for_a_call()

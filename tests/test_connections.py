@@ -291,42 +291,6 @@ async def patched_uvicorn(app, protocol: type | str = "httptools", **limits: flo
         await serving
 
 
-def test_requests_in_progress_counts_the_requests_uvicorn_is_answering():
-    """What the Encoder reads to run a lone pass on its event loop (models/engine.Engine.on_the_loop, through service.Encoder.encode): the
-    requests of every connection of this process's server, each counted until it is answered."""
-    from serving.connections import requests_in_progress
-
-    async def scenario() -> tuple[int, int, int]:
-        release = asyncio.Event()
-
-        async def app(scope, receive, send):
-            if scope["type"] != "http":
-                return
-            await release.wait()
-            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
-            await send({"type": "http.response.body", "body": b"ok"})
-
-        async with patched_uvicorn(app) as port:
-            before = requests_in_progress()
-
-            async def get() -> bytes:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-                answer = await reader.read()
-                writer.close()
-                return answer
-
-            clients = [asyncio.create_task(asyncio.wait_for(get(), 10)) for _ in range(3)]
-            while requests_in_progress() < 3:
-                await asyncio.sleep(0.01)
-            held = requests_in_progress()
-            release.set()
-            assert all(answer.endswith(b"ok") for answer in await asyncio.gather(*clients))
-            return before, held, requests_in_progress()
-
-    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == (0, 3, 0)
-
-
 def test_a_body_still_arriving_after_its_answer_is_cut_at_the_body_deadline():
     """An app that answers without reading the body (a 401, a 404): each byte that trickles in after the
     answer stopped uvicorn's keep-alive timer, and the connection was held for as long as the client

@@ -13,7 +13,7 @@ import pytest
 from bentoml.exceptions import BentoMLException, ServiceUnavailable
 
 from serving import socket_hop
-from serving.connections import open_connections, requests_in_progress
+from serving.connections import open_connections
 from serving.hop import LoneCalls, resend_unanswered, unsent
 from serving.socket_hop import HELD, CutShort, Listening, NotSent, SocketCalls, frame, read_frame
 
@@ -69,11 +69,8 @@ def test_calls_go_on_the_socket_into_the_answerer_and_connections_are_reused(tem
     assert not path.exists() and not path.parent.exists(), "closing removes the socket, and the server's directory with its last"
 
 
-def test_the_encoders_errors_keep_their_status_and_calls_in_progress_are_counted(tempdir, monkeypatch):
-    seen_in_progress = []
-
+def test_the_encoders_errors_keep_their_status(tempdir, monkeypatch):
     async def answer(items):
-        seen_in_progress.append(requests_in_progress())
         if items == ["shed"]:
             raise ServiceUnavailable("queue full")
         if items == ["slow"]:
@@ -98,7 +95,7 @@ def test_the_encoders_errors_keep_their_status_and_calls_in_progress_are_counted
 
     statuses, ok = asyncio.run(scenario())
     assert statuses == [HTTPStatus.SERVICE_UNAVAILABLE, HTTPStatus.GATEWAY_TIMEOUT, HTTPStatus.INTERNAL_SERVER_ERROR]
-    assert ok == ["fine"] and seen_in_progress == [1, 1, 1, 1]
+    assert ok == ["fine"]
 
 
 def test_where_the_socket_cannot_be_reached_calls_go_by_http_and_come_back(tempdir, monkeypatch, hops):

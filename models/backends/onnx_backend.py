@@ -110,7 +110,6 @@ class OnnxBackend:
     """
 
     trials = ()
-    any_thread = True
 
     def __init__(
         self,

@@ -28,7 +28,6 @@ class OpenVinoBackend:
     name = "openvino"
     device = "cpu"
     trials = ()
-    any_thread = True
 
     def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int) -> None:
         self.spec = spec

@@ -20,7 +20,6 @@ class TorchBackend:
     name = "torch"
     fidelity = None
     trials = ()
-    any_thread = False  # its CPU pool (OpenMP) belongs to the thread that loaded it (``models.inference.InferenceThread``)
 
     def __init__(self, model_dir: str | Path, spec: ModelSpec, threads: int, trust_remote_code: bool = False) -> None:
         """``trust_remote_code``: a custom-code model's code may run here (else it is refused: ONNX serves it)."""

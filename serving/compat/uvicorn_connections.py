@@ -34,7 +34,7 @@ refuses to start if uvicorn would use another protocol.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from uvicorn.protocols.http import auto, httptools_impl
 
@@ -53,7 +53,6 @@ class Limits:
     body_timeout_s: float | None = None
     keep_alive_s: float | None = None
     open: int = 0  # connections this process's server holds now
-    requests: set = field(default_factory=set)  # uvicorn's tasks: the requests it is answering now
 
 
 LIMITS = Limits()
@@ -79,7 +78,6 @@ def limited(stock: dict) -> dict:
         stock["connection_made"](self, transport)
         self.body_arriving = self.lingering = False
         LIMITS.open += 1
-        LIMITS.requests = self.tasks  # one set per server, shared by its connections
         if LIMITS.keep_alive_s is not None:
             self.timeout_keep_alive = LIMITS.keep_alive_s
         _start_clock(self, HEADERS, LIMITS.header_timeout_s)
