@@ -168,6 +168,79 @@ def test_the_learned_wait_stays_zero_after_long_waits():
     assert optimizer.wait == 0 and learned.wait > 0.1  # the stock optimizer would idle 200 ms per batch
 
 
+class CountedSema(dispatcher.NonBlockSema):
+    """The dispatcher's one-batch-at-a-time semaphore, counting how often its loop asks whether a batch runs."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.asked = 0
+
+    def is_locked(self) -> bool:
+        self.asked += 1
+        return super().is_locked()
+
+
+def dispatcher_with(controller, outbound_call, max_latency_ms: int = 60_000):
+    """A dispatcher of ``max_latency_ms`` whose loop is ``controller`` (and whose batches end with ``outbound_call``),
+    and its call of a model taking ``slow`` seconds a batch: the model's calls are (call id, seconds) pairs."""
+    Dispatcher = type("Dispatcher", (dispatcher.CorkDispatcher,), {"controller": controller, "outbound_call": outbound_call})
+    batcher, sema = Dispatcher(max_latency_ms, 64, fallback=lambda: "shed", get_batch_size=lambda data: 1), CountedSema()
+    batcher._sema = sema
+    started: dict[str, float] = {}
+
+    async def model(calls):
+        now = time.monotonic()
+        for name, _ in calls:
+            started[name] = now
+        await asyncio.sleep(max(seconds for _, seconds in calls))
+        return [name for name, _ in calls]
+
+    return batcher(model), sema, started
+
+
+async def trained(call) -> None:
+    """BentoML's batcher trains its latency model on its first dozen calls (polling as it does): past them."""
+    for number in range(12):
+        assert await call((f"training {number}", 0)) == f"training {number}"
+
+
+async def while_a_batch_runs(call, sema, started, queued: list[str], batch_s: float = 0.3):
+    """How often the loop asked whether the model is free while a ``batch_s`` batch ran with ``queued`` calls waiting, and
+    each call's answer and time from the batch's end (its start for the queued calls, its answer for those shed)."""
+    await trained(call)
+    asked = sema.asked
+    running = asyncio.ensure_future(call(("running", batch_s)))
+    await asyncio.sleep(0.02)
+    waiting = [asyncio.ensure_future(call((name, 0))) for name in queued]
+    answers = await asyncio.gather(running, *waiting)
+    ended = started["running"] + batch_s
+    return sema.asked - asked, answers, {name: started.get(name, ended) - ended for name in queued}
+
+
+def test_still_needed_bentoml_batcher_stock_dispatch_loop_polls_while_a_batch_runs():
+    batcher = dispatcher_with(bentoml_batcher.stock_controller, bentoml_batcher.stock_outbound_call)
+    asked, answers, _ = asyncio.run(while_a_batch_runs(*batcher, queued=["next"]))
+    assert answers == ["running", "next"]
+    assert asked > 30, can_go("bentoml_batcher (the dispatch loop's polling)")  # every millisecond or so of 0.3 s
+
+
+def test_the_next_batch_is_dispatched_when_the_running_one_ends_with_no_polling_meanwhile():
+    batcher = dispatcher_with(bentoml_batcher.dispatch_when_free, bentoml_batcher.outbound_call_then_wake)
+    asked, answers, after_the_end = asyncio.run(while_a_batch_runs(*batcher, queued=["next", "and next"]))
+    assert answers == ["running", "next", "and next"]
+    assert asked <= 6  # woken twice by arrivals, once by the end (the stock loop: hundreds of times)
+    assert after_the_end["next"] == after_the_end["and next"] and 0 <= after_the_end["next"] < 0.1  # together, at once
+
+
+def test_a_call_queued_past_max_latency_is_shed_while_the_batch_runs_not_after_it():
+    """The loop wakes for the oldest call's time to run out: alone (no arrival wakes it) and behind another call."""
+    for queued in (["oldest"], ["oldest", "newer"]):
+        batcher = dispatcher_with(bentoml_batcher.dispatch_when_free, bentoml_batcher.outbound_call_then_wake, max_latency_ms=100)
+        asked, answers, _ = asyncio.run(while_a_batch_runs(*batcher, queued=queued, batch_s=0.6))
+        assert answers[:2] == ["running", "shed"], queued  # the 503's fallback, while the 0.6 s batch ran
+        assert asked <= 8
+
+
 # bentoml_requests: a media type per class.
 
 

@@ -9,6 +9,12 @@ Pinning the learned wait to zero keeps everything else BentoML does: requests th
 while a batch runs go together into the next one (up to ``max_batch_size``), and the oldest
 request is shed with 503 when its predicted latency passes ``max_latency_ms``.
 
+While a batch runs, BentoML's dispatch loop polls every millisecond for its end: a thousand wake-ups
+a second on the Encoder's event loop, taking the cores from the model's threads, and up to a tick
+(more on a busy machine) lost between one batch and the next. ``dispatch_when_free`` is that loop
+with the wait above at zero, woken instead when the batch ends, a call arrives or the oldest call
+comes due for shedding; BentoML's training of its latency model at start is run as it is.
+
 ``batcher(api)`` feeds calls that arrive other than by HTTP (``serving/socket_hop.py``) to the same
 batcher, as BentoML's route does: ``ServiceAppFactory.batch_infer`` of the process's service, whose
 factory is kept as it creates the service's instance.
@@ -16,14 +22,24 @@ factory is kept as it creates the service's instance.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from _bentoml_impl.server.app import ServiceAppFactory
 from bentoml._internal.marshal import dispatcher
 
-# BentoML's own optimizer, as it was before any patch (tests/test_compat.py checks it still learns the wait).
+logger = logging.getLogger("textbento")
+
+# BentoML's own optimizer and dispatch loop, as they were before any patch (tests/test_compat.py checks
+# that the optimizer still learns the wait and the loop still polls).
 StockOptimizer = dispatcher.Optimizer
+CorkDispatcher = dispatcher.CorkDispatcher
+stock_controller = CorkDispatcher.controller
+stock_outbound_call = CorkDispatcher.outbound_call
 stock_create_instance = ServiceAppFactory.create_instance
 serving: list[ServiceAppFactory] = []  # the factory of this process's service, once it creates the instance
 
@@ -34,6 +50,49 @@ class DispatchWhenFree(StockOptimizer):
     def trigger_refresh(self) -> None:
         super().trigger_refresh()
         self.wait = 0
+
+
+async def dispatch_when_free(self: CorkDispatcher) -> None:
+    """``CorkDispatcher.controller`` with no idle wait and no polling (BentoML 1.4.40's, rewritten)."""
+    try:  # BentoML's warm-up and training of o_a and o_b (a batch's time per call and fixed), as its own loop runs them
+        skipped = self.optimizer.N_SKIPPED_SAMPLE
+        await self.train_optimizer(skipped, skipped + 6, 1)
+        for required, size in ((6, 1), (5, 2), (3, 3)):
+            await self.train_optimizer(required, 1, size)
+            self.optimizer.trigger_refresh()
+    except Exception:
+        logger.exception("BentoML's batcher could not train its latency model")
+    while True:
+        try:
+            async with self._wake_event:
+                await self._wake_event.wait_for(self._queue.__len__)
+                waiting = len(self._queue)
+                waited = time.time() - self._queue[0].enqueue_time
+                predicted = waited + self.optimizer.o_a * waiting + self.optimizer.o_b  # the oldest's latency, were its batch to start now
+                if waiting > 1 and predicted >= self.max_latency:
+                    self._queue.popleft().future.cancel()  # shed: BentoML's 503
+                    continue
+                if self._sema.is_locked():  # a batch runs: wait for its end, a new call, or the oldest's time to run out
+                    if waiting == 1 and waited >= self.max_latency:
+                        self._queue.popleft().future.cancel()
+                        continue
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.max_latency - (predicted if waiting > 1 else waited)):
+                            await self._wake_event.wait()
+                    continue
+            self._sema.acquire()
+            self._loop.create_task(self.outbound_call(tuple(self._get_inputs())))
+        except Exception:
+            logger.exception("BentoML's batcher failed to dispatch a batch")
+
+
+async def outbound_call_then_wake(self: CorkDispatcher, inputs_info: tuple[Any, ...], training: bool = False) -> None:
+    """``CorkDispatcher.outbound_call``, then the dispatch loop woken: the model is free."""
+    try:
+        await stock_outbound_call(self, inputs_info, training)
+    finally:
+        async with self._wake_event:
+            self._wake_event.notify_all()
 
 
 async def kept_create_instance(self: ServiceAppFactory, app: Any) -> None:
@@ -50,12 +109,16 @@ def batcher(api: str) -> Callable[[Any], Awaitable[Any]]:
 
 
 def apply() -> None:
-    """Every ``CorkDispatcher`` created from now on uses ``DispatchWhenFree``, and the service's factory
-    is kept for ``batcher`` (twice changes nothing). Refuses to start when the installed BentoML no
-    longer has what this replaces."""
-    if not hasattr(dispatcher, "CorkDispatcher") or not hasattr(StockOptimizer, "trigger_refresh"):
+    """Every ``CorkDispatcher`` uses ``DispatchWhenFree`` (those created from now on) and dispatches when free, and
+    the service's factory is kept for ``batcher`` (twice changes nothing). Refuses to start when the installed BentoML
+    no longer has what this replaces."""
+    if not hasattr(StockOptimizer, "trigger_refresh") or not all(
+        hasattr(CorkDispatcher, name) for name in ("controller", "outbound_call", "train_optimizer", "_wake_event", "_get_inputs")
+    ):
         raise RuntimeError("BentoML's batcher changed: serving/compat/bentoml_batcher.py no longer applies; re-measure the idle wait")
     if not hasattr(ServiceAppFactory, "batch_infer"):
         raise RuntimeError("BentoML's service app has no batch_infer: serving/compat/bentoml_batcher.py no longer applies")
     dispatcher.Optimizer = DispatchWhenFree
+    CorkDispatcher.controller = dispatch_when_free
+    CorkDispatcher.outbound_call = outbound_call_then_wake
     ServiceAppFactory.create_instance = kept_create_instance
