@@ -5,7 +5,7 @@ Each patch was read from, and is tested against, one version of the library it p
 tests/test_compat.py holds, per patch, a test of the upstream behaviour it corrects: when an
 upgrade fixes that behaviour upstream, the test fails and says which patch can go.
 
-- ``bentoml_batcher``      BentoML's adaptive batcher without its learned idle wait, and fed by the socket hop too
+- ``bentoml_batcher``      BentoML's adaptive batcher without its learned idle wait or its polling, fed by the socket hop too
 - ``bentoml_arbiter``      the services' Unix sockets kept until the supervisor's processes have stopped
 - ``bentoml_requests``     a media type per class, the timeout timer cancelled, failed requests and probes answered, spans when exported
 - ``bentoml_metrics``      BentoML's HTTP metrics labelled by route template, not raw path
