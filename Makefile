@@ -56,7 +56,7 @@ serve: model
 
 # Java for tests/test_bulk_spark.py (`make java`). The 25 slowest steps are listed at the end: the suite aims at
 # 15 minutes on 2 cores, so the slow proofs (mark slow_proof, pytest.ini) run in `make test-slow-proofs`. It took
-# 18.4 minutes on a 2-core AVX-512 Zen 4 and 29 on a 2-core AVX2-only Zen 1 (bench/results/make-test-*.txt).
+# 16.6 minutes on a 2-core AVX-512 Zen 4 and 29 on a 2-core AVX2-only Zen 1 (bench/results/make-test-*.txt).
 test: venv java
 	$(BIN)/python -m pytest -q -m "not image and not slow_proof" --durations=25 tests
 
