@@ -182,7 +182,7 @@ class CountedSema(dispatcher.NonBlockSema):
 
 def dispatcher_with(controller, outbound_call, max_latency_ms: int = 60_000):
     """A dispatcher of ``max_latency_ms`` whose loop is ``controller`` (and whose batches end with ``outbound_call``),
-    and its call of a model taking ``slow`` seconds a batch: the model's calls are (call id, seconds) pairs."""
+    fed a model whose calls are (name, seconds) pairs: a batch takes its longest call's seconds and answers the names."""
     Dispatcher = type("Dispatcher", (dispatcher.CorkDispatcher,), {"controller": controller, "outbound_call": outbound_call})
     batcher, sema = Dispatcher(max_latency_ms, 64, fallback=lambda: "shed", get_batch_size=lambda data: 1), CountedSema()
     batcher._sema = sema
@@ -205,8 +205,8 @@ async def trained(call) -> None:
 
 
 async def while_a_batch_runs(call, sema, started, queued: list[str], batch_s: float = 0.3):
-    """How often the loop asked whether the model is free while a ``batch_s`` batch ran with ``queued`` calls waiting, and
-    each call's answer and time from the batch's end (its start for the queued calls, its answer for those shed)."""
+    """How often the loop asked whether the model is free while a ``batch_s`` batch ran with ``queued`` calls waiting,
+    every call's answer, and each queued call's start after the batch's end (0 for one shed)."""
     await trained(call)
     asked = sema.asked
     running = asyncio.ensure_future(call(("running", batch_s)))

@@ -9,8 +9,8 @@ Pinning the learned wait to zero keeps everything else BentoML does: requests th
 while a batch runs go together into the next one (up to ``max_batch_size``), and the oldest
 request is shed with 503 when its predicted latency passes ``max_latency_ms``.
 
-While a batch runs, BentoML's dispatch loop polls every millisecond for its end: a thousand wake-ups
-a second on the Encoder's event loop, taking the cores from the model's threads, and up to a tick
+While a batch runs, BentoML's dispatch loop polls every millisecond for its end: up to a thousand
+wake-ups a second on the Encoder's event loop, taking the cores from the model's threads, and up to a tick
 (more on a busy machine) lost between one batch and the next. ``dispatch_when_free`` is that loop
 with the wait above at zero, woken instead when the batch ends, a call arrives or the oldest call
 comes due for shedding; BentoML's training of its latency model at start is run as it is.
