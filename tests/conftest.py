@@ -29,7 +29,7 @@ atexit.register(shutil.rmtree, os.environ["BENTOML_HOME"], ignore_errors=True)
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.serving import serve  # noqa: E402
+from harness.serving import serve, wait_for_stops  # noqa: E402
 from harness.testmodels import build_bert_classifier, build_classifier  # noqa: E402
 
 # Fixtures that start a real ``bentoml serve`` (each logs to ``logs``) or import a model into the store.
@@ -186,10 +186,17 @@ class RunningServer(NamedTuple):
 
 @contextmanager
 def running(tag: str, logs: Path, name: str, target: str = "service:TextBento", **env: str):
-    """A real `bentoml serve` of ``target`` serving ``tag``, with its log file."""
+    """A real `bentoml serve` of ``target`` serving ``tag``, with its log file; stopped in the background."""
     log = logs / f"{name}.log"
-    with serve(target, env={"TEXTBENTO_MODEL": tag, **env}, log_path=log) as server:
+    with serve(target, env={"TEXTBENTO_MODEL": tag, **env}, log_path=log, stop_in_background=True) as server:
         yield RunningServer(server.url, log, server.process)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def servers_stopped():
+    """Every server stopped in the background has exited before the session ends (and the store is removed)."""
+    yield
+    wait_for_stops()
 
 
 @pytest.fixture(scope="session")
@@ -206,6 +213,14 @@ def embed_server(embed_tag: str, logs: Path):
 @pytest.fixture(scope="session")
 def embed_url(embed_server) -> str:
     return embed_server.url
+
+
+@pytest.fixture(scope="session")
+def several_server(embed_tag: str, cross_encoder_tag: str, classify_tag: str, logs: Path):
+    """The embedder, the reranker and the classifier in one server (test_several_models, test_locust). The
+    reranker is listed before the classifier: /v1/classify without a model must still pick the classifier."""
+    with running(embed_tag, logs, "several", TEXTBENTO_MODELS=f"{embed_tag},{cross_encoder_tag},{classify_tag}") as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

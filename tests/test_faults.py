@@ -180,7 +180,13 @@ def test_killed_api_worker_is_replaced(fault_server):
 
 
 @pytest.mark.parametrize(
-    ("where", "attempts"), [("request", 3), ("request", 1), ("answer", 3)], ids=["sent-again", "sent-once", "cut-answer-sent-again"]
+    ("where", "attempts"),
+    [
+        # make test-slow-proofs: the resend of calls dropped as they arrive; "cut-answer-sent-again" proves it of calls dropped later
+        pytest.param("request", 3, id="sent-again", marks=pytest.mark.slow_proof),
+        pytest.param("request", 1, id="sent-once"),
+        pytest.param("answer", 3, id="cut-answer-sent-again"),
+    ],
 )
 def test_calls_dropped_before_an_answer_are_sent_again_text_by_text(embed_tag, logs, where, attempts):
     """The Encoder's server drops every 7th call's connection as the call arrives, or halfway through

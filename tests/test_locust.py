@@ -15,22 +15,27 @@ from tests.conftest import running
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = str(Path(sys.executable).with_name("locust"))
+SLOW = pytest.mark.slow_proof  # make test-slow-proofs: each task served alone; "several" serves these three tasks at once
 # (model fixtures, the served tasks' routes, a route no served model does)
 MODELS = [
-    (["embed_tag"], ["/v1/embeddings", "/v2/embed"], "/v1/classify"),
-    (["classify_tag"], ["/v1/classify"], "/v1/embeddings"),
-    (["cross_encoder_tag"], ["/v1/rerank"], "/v1/embeddings"),
-    (["sparse_tag"], ["/embed_sparse"], "/v1/embeddings"),
-    (["embed_tag", "cross_encoder_tag", "classify_tag"], ["/v1/embeddings", "/v1/rerank", "/v1/classify"], "/embed_sparse"),
+    pytest.param((["embed_tag"], ["/v1/embeddings", "/v2/embed"], "/v1/classify"), id="embed", marks=SLOW),
+    pytest.param((["classify_tag"], ["/v1/classify"], "/v1/embeddings"), id="classify", marks=SLOW),
+    pytest.param((["cross_encoder_tag"], ["/v1/rerank"], "/v1/embeddings"), id="rerank", marks=SLOW),
+    pytest.param((["sparse_tag"], ["/embed_sparse"], "/v1/embeddings"), id="sparse"),
+    pytest.param((["several_server"], ["/v1/embeddings", "/v1/rerank", "/v1/classify"], "/embed_sparse"), id="several"),
 ]
 
 
-@pytest.fixture(scope="module", params=MODELS, ids=["embed", "classify", "rerank", "sparse", "several"])
+@pytest.fixture(scope="module", params=MODELS)
 def server(request, logs):
     """A server of its own, not the shared ``embed_url``: BentoML's batcher sheds by a latency per call
     learnt from recent batches, and after this mix of long many-text calls the shared server answered
-    hundreds of test_overload's one-text calls with 503 (measured in the full suite)."""
+    hundreds of test_overload's one-text calls with 503 (measured in the full suite). The three models
+    together are served as test_several_models serves them, by that server (its tests ask for no speed)."""
     fixtures, own, other = request.param
+    if fixtures == ["several_server"]:
+        yield request.getfixturevalue("several_server").url, own, other
+        return
     tags = [request.getfixturevalue(fixture) for fixture in fixtures]
     with running(tags[0], logs, f"locust-{request.param_index}", TEXTBENTO_MODELS=",".join(tags)) as server:
         yield server.url, own, other

@@ -14,17 +14,14 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.load import closed_loop
-from tests.conftest import running
 from tests.test_faults import workers
 
 LONG = "a " * 100 + "b " * 200  # past MiniLM's 256 tokens: which side is cut shows
 
 
 @pytest.fixture(scope="module")
-def server(embed_tag, cross_encoder_tag, classify_tag, logs):
-    # The reranker is listed before the classifier: /v1/classify without a model must still pick the classifier.
-    with running(embed_tag, logs, "several", TEXTBENTO_MODELS=f"{embed_tag},{cross_encoder_tag},{classify_tag}") as server:
-        yield server
+def server(several_server):
+    return several_server
 
 
 @pytest.fixture(scope="module")
