@@ -21,6 +21,9 @@ must not make a text depend on its batch mates). The recipes:
   ``reduce_range``), which u8×s8 kernels multiply without saturating on every class: where there is no
   VNNI, the fast kernels instead of u8×u8. ``per-token, 7-bit weights but FFN down``: the FFN's down
   projections keep 8 bits (there, on u8×u8 kernels: ``unsigned_weights`` leaves 7-bit weights signed).
+- ``MatMulNBits 8-bit, int8 compute, block N``: ONNX Runtime's weight-only 8-bit MatMuls (asymmetric, a scale and zero
+  point per block of N along each weight column) with ``accuracy_level`` 4, where its kernels quantize each activation
+  row per block of N to int8 inside the MatMul: per row, hence invariant, with no quantizing ops in the graph.
 """
 
 from __future__ import annotations
@@ -92,6 +95,17 @@ def static(fp32: Path, scratch: Path, model_dir: Path, exclude_after_gelu: bool 
     return target
 
 
+def weight_only_int8(fp32: Path, scratch: Path, block: int) -> Path:
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    config = DefaultWeightOnlyQuantConfig(block_size=block, is_symmetric=False, accuracy_level=4, bits=8)
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32)), algo_config=config)
+    quantizer.process()
+    target = scratch / f"nbits-8-{block}.onnx"
+    quantizer.model.save_model_to_file(str(target))
+    return target
+
+
 def seven_bit(fp32: Path, scratch: Path, roles: tuple[str, ...]) -> Path:
     levels = dict.fromkeys(roles, SEVEN_BIT_LEVELS)
     return save_graph(PerTokenInt8(onnx.load(str(fp32)), weight_levels=levels).rewrite(), scratch / f"7-bit-{len(roles)}.onnx")
@@ -105,7 +119,13 @@ RECIPES: dict[str, Callable[[Path, Path, Path], Path]] = {
     "static, FFN down fp32": lambda fp32, scratch, model_dir: static(fp32, scratch, model_dir, exclude_after_gelu=True),
     "per-token, 7-bit weights": lambda fp32, scratch, _: seven_bit(fp32, scratch, ("qkv", "after_gelu", "other")),
     "per-token, 7-bit weights but FFN down": lambda fp32, scratch, _: seven_bit(fp32, scratch, ("qkv", "other")),
+    **{
+        f"MatMulNBits 8-bit, int8 compute, block {block}": lambda fp32, scratch, _, block=block: weight_only_int8(fp32, scratch, block)
+        for block in (32, 128)
+    },
 }
+# Graphs whose int8 kernels ONNX Runtime picks inside one op, by the CPU: not rewritten for u8×u8 where u8×s8 is inexact.
+KERNELS_CHOSEN_INSIDE = ("MatMulNBits",)
 
 
 def main() -> None:
@@ -115,6 +135,7 @@ def main() -> None:
     parser.add_argument(
         "--fidelity-only", action="store_true", help="no timings (under an emulator): → bench/results/int8-recipes-fidelity.json"
     )
+    parser.add_argument("--output", help="the result file's name (default: int8-recipes.json, or -subset.json with --recipes)")
     args = parser.parse_args()
     chosen = args.recipes or [*PARTLY_FP32, *RECIPES]
     tag = bench_tag()
@@ -131,7 +152,7 @@ def main() -> None:
         for name in [name for name in chosen if name in RECIPES]:
             graph = RECIPES[name](onnx_dir(model_dir) / FP32, Path(scratch), model_dir)
             backend = graphs[name] = loaded("onnx-int8", tag)[0]  # its pooling and streams, with the recipe's sessions
-            if signed_int8_is_exact():
+            if signed_int8_is_exact() or name.startswith(KERNELS_CHOSEN_INSIDE):
                 sessions = [
                     ort.InferenceSession(str(graph), session_options(count), providers=["CPUExecutionProvider"]) for count in counts
                 ]
@@ -157,7 +178,7 @@ def main() -> None:
         row["sorted_32_over_served"] = round(row["sorted_32_texts_per_s"] / served["sorted_32_texts_per_s"], 3)
         row["alone_pass_over_served"] = round(row["alone_pass_ms"] / served["alone_pass_ms"], 3)
     print(rows)
-    target = "int8-recipes-subset.json" if args.recipes else "int8-recipes.json"  # the full run's file stays whole
+    target = args.output or ("int8-recipes-subset.json" if args.recipes else "int8-recipes.json")  # the full run's file stays whole
     write_result(target, {"threads": threads, "rounds": args.rounds, "int8_kernels": precision, "recipes": rows})
 
 
