@@ -117,6 +117,24 @@ def run_import(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def here(command: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -m train_import.<command> <args>``'s ``main``, in this process, its output captured: for models
+    that tests train or serve. A subprocess pays 8-10 s for its imports (torch, transformers' model code)
+    before it starts; here they are paid once. ``run_import`` runs the import as a command."""
+    import importlib
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = importlib.import_module(f"train_import.{command}").main(list(args))
+    return subprocess.CompletedProcess([command, *args], code, out.getvalue(), err.getvalue())
+
+
+def import_here(*args: str) -> subprocess.CompletedProcess:
+    return here("import_model", *args)
+
+
 def eventually_ok(url: str, within_s: float) -> bool:
     """Whether a small embeddings request succeeds within ``within_s`` seconds of retrying."""
     import requests
@@ -152,7 +170,7 @@ def cross_encoder_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def cross_encoder_tag(cross_encoder_dir: Path) -> str:
-    result = run_import("--path", str(cross_encoder_dir), "--name", "cross-encoder")
+    result = import_here("--path", str(cross_encoder_dir), "--name", "cross-encoder")
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -166,14 +184,14 @@ def sparse_tag(tmp_path_factory) -> str:
 
     directory = tmp_path_factory.mktemp("splade")
     build_splade(directory / "splade", build_tiny_bert(directory / "mlm", BertForMaskedLM))
-    result = run_import("--path", str(directory / "splade"), "--name", "splade")
+    result = import_here("--path", str(directory / "splade"), "--name", "splade")
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
 
 @pytest.fixture(scope="session")
 def classify_tag(classifier_dir: Path) -> str:
-    result = run_import("--path", str(classifier_dir), "--name", "sst2-test")
+    result = import_here("--path", str(classifier_dir), "--name", "sst2-test")
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 

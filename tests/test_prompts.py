@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from models.store import default_model_dir
-from tests.conftest import run_import, running
+from tests.conftest import import_here, running
 
 PROMPTS = {"query": "query: ", "passage": "passage: "}
 TEXTS = ["how do I reset my password", "ok"]
@@ -28,7 +28,7 @@ def prompted(tmp_path_factory, logs):
     (directory / "config_sentence_transformers.json").write_text(json.dumps({"prompts": PROMPTS, "default_prompt_name": "query"}))
     modules = json.loads((directory / "modules.json").read_text())
     (directory / "modules.json").write_text(json.dumps([m for m in modules if not m["type"].endswith("Normalize")]))
-    result = run_import("--path", str(directory), "--name", "prompted")
+    result = import_here("--path", str(directory), "--name", "prompted")
     assert result.returncode == 0, result.stderr
     with running(result.stdout.strip(), logs, "prompted", TEXTBENTO_BACKEND="onnx") as server:
         yield server.url, directory

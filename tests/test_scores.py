@@ -15,7 +15,7 @@ import torch
 from transformers import AutoTokenizer, BertForSequenceClassification
 
 from harness.testmodels import build_bert_classifier
-from tests.conftest import check_timing_headers, run_import, running
+from tests.conftest import check_timing_headers, import_here, running
 
 TEXTS = ["a query and its passage", "ok", "Déjà vu: the same text twice, then a third time."]
 QUERY = "how do I reset my password"
@@ -32,7 +32,7 @@ MULTI_LABEL = {"num_labels": 3, "problem_type": "multi_label_classification", "i
 def build(directory, **config) -> str:
     """A small BERT classifier (``harness.testmodels``), imported; its tag."""
     build_bert_classifier(directory, **config)
-    result = run_import("--path", str(directory), "--name", directory.name)
+    result = import_here("--path", str(directory), "--name", directory.name)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 

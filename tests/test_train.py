@@ -5,30 +5,16 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.conftest import running
+from tests.conftest import here, running
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "support_tickets"
 LABELS = ["account_access", "billing", "bug_report", "feature_request", "shipping"]
-
-
-def train(command: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", f"train_import.{command}", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=os.environ.copy(),
-        timeout=600,
-    )
 
 
 def stored_models() -> list[str]:
@@ -116,7 +102,7 @@ def test_the_embedder_refuses_a_missing_column_in_one_line_before_it_loads_a_mod
 @pytest.fixture(scope="module")
 def classifier_tag(tmp_path_factory):
     data = slice_of(EXAMPLE / "tickets.csv", 16, tmp_path_factory.mktemp("tickets") / "tickets.csv")
-    result = train("train_classifier", "--data", str(data), "--name", "tickets-test", "--epochs", "4", "--patience", "4")
+    result = here("train_classifier", "--data", str(data), "--name", "tickets-test", "--epochs", "4", "--patience", "4")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "majority-class baseline: accuracy 0.200" in result.stderr and "fine-tuned: accuracy" in result.stderr
     return result.stdout.strip()
@@ -141,7 +127,7 @@ def embedder_tag(tmp_path_factory):
     import bentoml
 
     data = slice_of(EXAMPLE / "pairs.csv", 60, tmp_path_factory.mktemp("pairs") / "pairs.csv")
-    result = train("train_embedder", "--data", str(data), "--name", "pairs-test", "--epochs", "1", "--batch-size", "16")
+    result = here("train_embedder", "--data", str(data), "--name", "pairs-test", "--epochs", "1", "--batch-size", "16")
     assert result.returncode == 0, result.stderr[-3000:]
     tag = result.stdout.strip()
     training = bentoml.models.get(tag).info.metadata["training"]
