@@ -56,12 +56,14 @@ serve: model
 
 # Java for tests/test_bulk_spark.py (`make java`). The 25 slowest steps are listed at the end: the suite aims at
 # 15 minutes on 2 cores, so the slow proofs (mark slow_proof, pytest.ini) run in `make test-slow-proofs`. It took
-# 16.6 minutes on a 2-core AVX-512 Zen 4 and 29 on a 2-core AVX2-only Zen 1 (bench/results/make-test-*.txt).
+# 11.7 minutes on a 2-core AVX-512 Zen 4 (bench/results/make-test-avx512-zen4.txt); 29 on a 2-core AVX2-only Zen 1 at
+# 38883d4, a suite that still stopped each server before the next and imported its models in subprocesses.
 test: venv java
 	$(BIN)/python -m pytest -q -m "not image and not slow_proof" --durations=25 tests
 
 # Proofs at scale of what faster tests in `make test` prove (pytest.ini, slow_proof, names each one's faster
-# counterparts): a chaos minute (kills under load), a disconnect storm on four models, trained models served.
+# counterparts): a chaos minute (kills under load), a disconnect storm on four models, trained models served,
+# Locust on each task served alone, the resend of Encoder calls dropped as they arrive.
 test-slow-proofs: venv
 	$(BIN)/python -m pytest -q -m slow_proof --durations=10 tests
 
