@@ -35,7 +35,8 @@ def session(graph: Path, profile: bool) -> ort.InferenceSession:
 
         from models.quantize import unsigned_weights
 
-        return ort.InferenceSession(unsigned_weights(onnx.load(str(graph))).SerializeToString(), options, providers=["CPUExecutionProvider"])
+        rewritten = unsigned_weights(onnx.load(str(graph))).SerializeToString()
+        return ort.InferenceSession(rewritten, options, providers=["CPUExecutionProvider"])
     return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
 
 
