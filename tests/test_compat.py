@@ -16,7 +16,9 @@ import time
 import types
 import typing
 import weakref
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import aiohttp
 import bentoml
@@ -34,7 +36,6 @@ from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
 from serving import compat
 from serving.compat import bentoml_arbiter, bentoml_batcher, bentoml_internals, bentoml_metrics, bentoml_requests, uvicorn_connections
-from serving.compat.bentoml_batcher import DispatchWhenFree, StockOptimizer
 from serving.compat.bentoml_requests import cache_media_types
 from serving.connections import limit_connections
 from serving.settings import ENCODER_KEEP_ALIVE_S
@@ -70,7 +71,7 @@ def test_apply_names_every_mismatched_library(monkeypatch):
 def test_apply_accepts_the_installed_versions_and_applies_twice_alike():
     compat.apply()
     compat.apply()
-    assert dispatcher.Optimizer is DispatchWhenFree and uvicorn_connections.applied()
+    assert dispatcher.CorkDispatcher.controller is bentoml_batcher.dispatch_when_free and uvicorn_connections.applied()
 
 
 def pinned(path: Path) -> dict[str, str]:
@@ -114,7 +115,7 @@ def burst_stats() -> list[tuple[int, float, float]]:
 
 
 def test_still_needed_bentoml_batcher_stock_optimizer_learns_the_bursts_wait():
-    learned = StockOptimizer(60.0)
+    learned = dispatcher.Optimizer(60.0)
     learned.o_stat.extend(burst_stats())
     learned.trigger_refresh()
     assert learned.wait > 0.1, can_go("bentoml_batcher (the learned idle wait)")
@@ -125,9 +126,8 @@ def test_the_patched_batcher_exists_and_uses_the_fix():
     assert hasattr(dispatcher, "CorkDispatcher") and hasattr(dispatcher, "Optimizer")
     assert hasattr(dispatcher.Optimizer, "trigger_refresh") and hasattr(dispatcher.Optimizer, "log_outbound")
     bentoml_batcher.apply()
-    batcher = dispatcher.CorkDispatcher(60_000, 64, fallback=lambda: None)
-    assert isinstance(batcher.optimizer, DispatchWhenFree)
-    assert "self.optimizer.wait" in Path(dispatcher.__file__).read_text()  # what the dispatch loop idles on
+    assert dispatcher.CorkDispatcher.controller is bentoml_batcher.dispatch_when_free
+    assert "self.optimizer.wait" in inspect.getsource(bentoml_batcher.stock_controller)  # what the stock loop idles on
 
 
 def test_calls_from_the_socket_hop_reach_the_batcher_of_the_service_being_served(monkeypatch):
@@ -154,18 +154,6 @@ def test_calls_from_the_socket_hop_reach_the_batcher_of_the_service_being_served
     asyncio.run(bentoml_batcher.kept_create_instance(factory, app=None))
     assert created == [True]  # kept before the instance (whose __init__ calls ``batcher``) is created
     assert asyncio.run(bentoml_batcher.batcher("encode")([b"ids"])) == "answer" and fed == [("encode", ([b"ids"],), {})]
-
-
-def test_the_learned_wait_stays_zero_after_long_waits():
-    optimizer = DispatchWhenFree(max_latency=60.0)
-    for stat in burst_stats():
-        optimizer.o_stat.append(stat)
-    optimizer.trigger_refresh()
-    (stock,) = DispatchWhenFree.__bases__  # BentoML's own optimizer
-    learned = stock(60.0)
-    learned.o_stat.extend(optimizer.o_stat)
-    learned.trigger_refresh()
-    assert optimizer.wait == 0 and learned.wait > 0.1  # the stock optimizer would idle 200 ms per batch
 
 
 class CountedSema(dispatcher.NonBlockSema):
@@ -195,7 +183,14 @@ def dispatcher_with(controller, outbound_call, max_latency_ms: int = 60_000):
         await asyncio.sleep(max(seconds for _, seconds in calls))
         return [name for name, _ in calls]
 
-    return batcher(model), sema, started
+    return Fed(batcher(model), sema, started, batcher)
+
+
+class Fed(NamedTuple):
+    call: Callable  # the batched call, as BentoML's route makes it
+    sema: CountedSema
+    started: dict[str, float]  # when each call's batch started, by name
+    dispatcher: dispatcher.CorkDispatcher
 
 
 async def trained(call) -> None:
@@ -204,9 +199,28 @@ async def trained(call) -> None:
         assert await call((f"training {number}", 0)) == f"training {number}"
 
 
-async def while_a_batch_runs(call, sema, started, queued: list[str], batch_s: float = 0.3):
+async def held_after_a_burst(fed: Fed) -> float:
+    """Seconds a lone call waited to start once the optimizer learnt a burst's 200 ms wait (``burst_stats``)."""
+    await trained(fed.call)
+    fed.dispatcher.optimizer.o_stat.extend(burst_stats())
+    fed.dispatcher.optimizer.trigger_refresh()
+    assert fed.dispatcher.optimizer.wait > 0.1
+    sent = time.monotonic()
+    assert await fed.call(("lone", 0)) == "lone"
+    return fed.started["lone"] - sent
+
+
+def test_after_a_burst_a_lone_call_is_dispatched_at_once_though_the_optimizer_learnt_a_wait():
+    stock = dispatcher_with(bentoml_batcher.stock_controller, bentoml_batcher.stock_outbound_call)
+    patched = dispatcher_with(bentoml_batcher.dispatch_when_free, bentoml_batcher.outbound_call_then_wake)
+    assert asyncio.run(held_after_a_burst(stock)) > 0.1  # the stock loop idles on the learnt wait
+    assert asyncio.run(held_after_a_burst(patched)) < 0.05
+
+
+async def while_a_batch_runs(fed: Fed, queued: list[str], batch_s: float = 0.3):
     """How often the loop asked whether the model is free while a ``batch_s`` batch ran with ``queued`` calls waiting,
     every call's answer, and each queued call's start after the batch's end (0 for one shed)."""
+    call, sema, started, _ = fed
     await trained(call)
     asked = sema.asked
     running = asyncio.ensure_future(call(("running", batch_s)))
@@ -219,14 +233,14 @@ async def while_a_batch_runs(call, sema, started, queued: list[str], batch_s: fl
 
 def test_still_needed_bentoml_batcher_stock_dispatch_loop_polls_while_a_batch_runs():
     batcher = dispatcher_with(bentoml_batcher.stock_controller, bentoml_batcher.stock_outbound_call)
-    asked, answers, _ = asyncio.run(while_a_batch_runs(*batcher, queued=["next"]))
+    asked, answers, _ = asyncio.run(while_a_batch_runs(batcher, queued=["next"]))
     assert answers == ["running", "next"]
     assert asked > 30, can_go("bentoml_batcher (the dispatch loop's polling)")  # every millisecond or so of 0.3 s
 
 
 def test_the_next_batch_is_dispatched_when_the_running_one_ends_with_no_polling_meanwhile():
     batcher = dispatcher_with(bentoml_batcher.dispatch_when_free, bentoml_batcher.outbound_call_then_wake)
-    asked, answers, after_the_end = asyncio.run(while_a_batch_runs(*batcher, queued=["next", "and next"]))
+    asked, answers, after_the_end = asyncio.run(while_a_batch_runs(batcher, queued=["next", "and next"]))
     assert answers == ["running", "next", "and next"]
     assert asked <= 6  # woken twice by arrivals, once by the end (the stock loop: hundreds of times)
     assert after_the_end["next"] == after_the_end["and next"] and 0 <= after_the_end["next"] < 0.1  # together, at once
@@ -236,7 +250,7 @@ def test_a_call_queued_past_max_latency_is_shed_while_the_batch_runs_not_after_i
     """The loop wakes for the oldest call's time to run out: alone (no arrival wakes it) and behind another call."""
     for queued in (["oldest"], ["oldest", "newer"]):
         batcher = dispatcher_with(bentoml_batcher.dispatch_when_free, bentoml_batcher.outbound_call_then_wake, max_latency_ms=100)
-        asked, answers, _ = asyncio.run(while_a_batch_runs(*batcher, queued=queued, batch_s=0.6))
+        asked, answers, _ = asyncio.run(while_a_batch_runs(batcher, queued=queued, batch_s=0.6))
         assert answers[:2] == ["running", "shed"], queued  # the 503's fallback, while the 0.6 s batch ran
         assert asked <= 8
 

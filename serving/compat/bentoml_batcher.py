@@ -5,15 +5,16 @@ average includes the time requests spent queued behind the batch that was runnin
 burst the learned wait (hundreds of ms) sustains itself: every quiet request is held that long
 and records that long again (docs/design.md, adaptive batching).
 
-Pinning the learned wait to zero keeps everything else BentoML does: requests that pile up
-while a batch runs go together into the next one (up to ``max_batch_size``), and the oldest
-request is shed with 503 when its predicted latency passes ``max_latency_ms``.
+While a batch runs, that loop also polls every millisecond for its end: up to a thousand wake-ups
+a second on the Encoder's event loop, taking the cores from the model's threads, and up to a tick
+(more on a busy machine) lost between one batch and the next.
 
-While a batch runs, BentoML's dispatch loop polls every millisecond for its end: up to a thousand
-wake-ups a second on the Encoder's event loop, taking the cores from the model's threads, and up to a tick
-(more on a busy machine) lost between one batch and the next. ``dispatch_when_free`` is that loop
-with the wait above at zero, woken instead when the batch ends, a call arrives or the oldest call
-comes due for shedding; BentoML's training of its latency model at start is run as it is.
+``dispatch_when_free`` is BentoML's dispatch loop (``CorkDispatcher.controller``) without the learned
+wait, which nothing else reads, and without the polling: woken when the batch ends, a call arrives or
+the oldest call comes due for shedding. Everything else BentoML does is kept: its training of its
+latency model at start, requests that pile up while a batch runs going together into the next one
+(up to ``max_batch_size``), and the oldest request shed with 503 when its predicted latency passes
+``max_latency_ms``.
 
 ``batcher(api)`` feeds calls that arrive other than by HTTP (``serving/socket_hop.py``) to the same
 batcher, as BentoML's route does: ``ServiceAppFactory.batch_infer`` of the process's service, whose
@@ -34,9 +35,8 @@ from bentoml._internal.marshal import dispatcher
 
 logger = logging.getLogger("textbento")
 
-# BentoML's own optimizer and dispatch loop, as they were before any patch (tests/test_compat.py checks
-# that the optimizer still learns the wait and the loop still polls).
-StockOptimizer = dispatcher.Optimizer
+# BentoML's own dispatch loop, as it was before any patch (tests/test_compat.py checks that its optimizer
+# still learns the wait the loop idles on, and that the loop still polls).
 CorkDispatcher = dispatcher.CorkDispatcher
 stock_controller = CorkDispatcher.controller
 stock_outbound_call = CorkDispatcher.outbound_call
@@ -44,16 +44,8 @@ stock_create_instance = ServiceAppFactory.create_instance
 serving: list[ServiceAppFactory] = []  # the factory of this process's service, once it creates the instance
 
 
-class DispatchWhenFree(StockOptimizer):
-    """The stock optimizer (latency model for shedding) without the learned idle wait."""
-
-    def trigger_refresh(self) -> None:
-        super().trigger_refresh()
-        self.wait = 0
-
-
 async def dispatch_when_free(self: CorkDispatcher) -> None:
-    """``CorkDispatcher.controller`` with no idle wait and no polling (BentoML 1.4.40's, rewritten)."""
+    """``CorkDispatcher.controller`` with no idle wait (``optimizer.wait``) and no polling (BentoML 1.4.40's, rewritten)."""
     try:  # BentoML's warm-up and training of o_a and o_b (a batch's time per call and fixed), as its own loop runs them
         skipped = self.optimizer.N_SKIPPED_SAMPLE
         await self.train_optimizer(skipped, skipped + 6, 1)
@@ -109,16 +101,14 @@ def batcher(api: str) -> Callable[[Any], Awaitable[Any]]:
 
 
 def apply() -> None:
-    """Every ``CorkDispatcher`` uses ``DispatchWhenFree`` (those created from now on) and dispatches when free, and
-    the service's factory is kept for ``batcher`` (twice changes nothing). Refuses to start when the installed BentoML
-    no longer has what this replaces."""
-    if not hasattr(StockOptimizer, "trigger_refresh") or not all(
+    """Every ``CorkDispatcher`` dispatches when free, and the service's factory is kept for ``batcher`` (twice
+    changes nothing). Refuses to start when the installed BentoML no longer has what this replaces."""
+    if not all(hasattr(dispatcher.Optimizer, name) for name in ("trigger_refresh", "N_SKIPPED_SAMPLE")) or not all(
         hasattr(CorkDispatcher, name) for name in ("controller", "outbound_call", "train_optimizer", "_wake_event", "_get_inputs")
     ):
         raise RuntimeError("BentoML's batcher changed: serving/compat/bentoml_batcher.py no longer applies; re-measure the idle wait")
     if not hasattr(ServiceAppFactory, "batch_infer"):
         raise RuntimeError("BentoML's service app has no batch_infer: serving/compat/bentoml_batcher.py no longer applies")
-    dispatcher.Optimizer = DispatchWhenFree
     CorkDispatcher.controller = dispatch_when_free
     CorkDispatcher.outbound_call = outbound_call_then_wake
     ServiceAppFactory.create_instance = kept_create_instance
