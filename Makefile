@@ -56,8 +56,9 @@ serve: model
 
 # Java for tests/test_bulk_spark.py (`make java`). The 25 slowest steps are listed at the end: the suite aims at
 # 15 minutes on 2 cores, so the slow proofs (mark slow_proof, pytest.ini) run in `make test-slow-proofs`. It took
-# 11.7 minutes on a 2-core AVX-512 Zen 4 (bench/results/make-test-avx512-zen4.txt); 29 on a 2-core AVX2-only Zen 1 at
-# 38883d4, a suite that still stopped each server before the next and imported its models in subprocesses.
+# 11.7 and 14.6 minutes in two runs on a 2-core AVX-512 Zen 4, the second on a slower hour (bench/results/
+# make-test-avx512-zen4*.txt); 29 on a 2-core AVX2-only Zen 1 at 38883d4, a suite that still stopped each server
+# before the next and imported its models in subprocesses.
 test: venv java
 	$(BIN)/python -m pytest -q -m "not image and not slow_proof" --durations=25 tests
 
