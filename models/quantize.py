@@ -9,9 +9,13 @@ ONNX Runtime's own dynamic quantization (``quantize_dynamic``) and its fused int
 one activation scale per tensor, and its CPU ``MatMulInteger`` one zero point; per row is written
 here with standard ops and one contrib op:
 
-    a [.., K] → rows [M, K] → per row: range → scale, zero point → QuantizeLinear (axis 0, uint8)
-    → MatMulIntegerToFloat(rows_q, w_q, 1, weight scales) − zero point ⊗ column sums of w_q (Gemm)
-    → × row scale → [.., N]
+    a [.., K] → rows [M, K] → per row: range → scale s, zero point z → QuantizeLinear (axis 0, uint8)
+    → MatMulIntegerToFloat(rows_q, w_q, s, weight scales)   (the row scale broadcast inside the op)
+    + [s·z, 1] ⊗ [−column sums of w_q; bias]                (one Gemm, K = 2, that adds in place)
+    → [.., N]
+
+The MatMul's bias ``Add`` rides in the zero points' Gemm, and the row scale in the kernel: two ops per
+MatMul, where a separate row scale ``Mul`` and bias ``Add`` made four passes over its output (docs/design.md 5).
 
 Asymmetric rows everywhere are served: symmetric rows (zero point 128, subtracted inside the kernel) are
 faster but miss the fidelity gate, and leaving Q/K/V in fp32 is more accurate but slower (docs/design.md 5
@@ -61,18 +65,26 @@ class PerTokenInt8:
         self.weights = {init.name: init for init in self.graph.initializer}
         self.producer = {output: node for node in self.graph.node for output in node.output}
         self.weight_consumers: dict[str, int] = {}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
         for node in self.graph.node:
             if node.op_type == "MatMul" and node.input[1] in self.weights:
                 self.weight_consumers[node.input[0]] = self.weight_consumers.get(node.input[0], 0) + 1
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+        self.folded: set[str] = set()  # outputs of the bias Adds folded into their MatMul's Gemm
+        self.biases: set[str] = set()  # their bias initializers
         self.opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
         self.constants: dict[str, onnx.TensorProto] = {}
         self.quantized: dict[str, tuple[str, str, str | None, str]] = {}
         self.shapes: set[str] = set()
+        self.zero_products: dict[str, str] = {}
         self.nodes: list[onnx.NodeProto] = []
 
     def rewrite(self) -> onnx.ModelProto:
         replaced = set()
         for node in self.graph.node:
+            if node.output[0] in self.folded:  # a bias Add, now inside its MatMul's Gemm
+                continue
             weight = self.weights.get(node.input[1]) if node.op_type == "MatMul" else None
             array = numpy_helper.to_array(weight) if weight is not None else None
             role = self.role(node.input[0]) if array is not None and array.ndim == 2 else None
@@ -84,6 +96,8 @@ class PerTokenInt8:
             self.matmul(node, array, symmetric=mode == "symmetric", levels=self.weight_levels.get(role, INT8_LEVELS))
         del self.graph.node[:]
         self.graph.node.extend(self.nodes)
+        used = {name for node in self.nodes for name in node.input}
+        replaced |= {init.name for init in self.graph.initializer if init.name in self.biases and init.name not in used}
         kept = [init for init in self.graph.initializer if init.name not in replaced]
         del self.graph.initializer[:]
         self.graph.initializer.extend([*kept, *self.constants.values()])
@@ -157,24 +171,53 @@ class PerTokenInt8:
         self.quantized[activation] = (quantized, self.column(scale, p + "scale_column"), zero, leading)
         return self.quantized[activation]
 
+    def bias(self, node: onnx.NodeProto, n: int) -> tuple[str, np.ndarray] | None:
+        """The ``Add`` of a constant ``[n]`` bias that alone reads ``node``'s output, and that bias; else None."""
+        readers = self.consumers.get(node.output[0], [])
+        if len(readers) != 1 or readers[0].op_type != "Add":
+            return None
+        others = [name for name in readers[0].input if name != node.output[0]]
+        bias = self.weights.get(others[0]) if len(others) == 1 else None
+        if bias is None or tuple(bias.dims) != (n,):
+            return None
+        self.biases.add(bias.name)
+        return readers[0].output[0], numpy_helper.to_array(bias).astype(np.float32)
+
+    def zero_rows(self, activation: str, scale: str, zero: str, with_ones: bool) -> str:
+        """``[M, 1]`` of s·z, or ``[M, 2]`` of s·z and 1 (the bias's row): the left side of the zero points' Gemm."""
+        key = f"{activation}#{with_ones}"
+        if key not in self.zero_products:
+            p = f"q{len(self.zero_products)}_z_"
+            scaled = self.node("Mul", [zero, scale], p + "scaled")
+            one_column = self.const("q_pad_ones", np.array([0, 0, 0, 1], np.int64))  # a column after the last, of ones
+            ones = self.const("q_1f", np.float32(1))
+            self.zero_products[key] = self.node("Pad", [scaled, one_column, ones], p + "ones") if with_ones else scaled
+        return self.zero_products[key]
+
     def matmul(self, node: onnx.NodeProto, weight: np.ndarray, symmetric: bool, levels: int) -> None:
         k, n = weight.shape
         p = f"{node.name or node.output[0]}_int8_"
         c = self.const
         w_q, w_scale = weight_int8(weight, levels)
         quantized, scale, zero, leading = self.rows(node.input[0], k, symmetric)
-        kernel_inputs = [quantized, c(p + "w", w_q), c("q_1f", np.float32(1)), c(p + "w_scale", w_scale)]
+        kernel_inputs = [quantized, c(p + "w", w_q), scale, c(p + "w_scale", w_scale)]
+        output = node.output[0]
         if zero is None:
             product = self.node("MatMulIntegerToFloat", [*kernel_inputs, c("q_128", np.uint8(128))], p + "product")
-        else:  # raw − zero ⊗ column sums, as one Gemm (K = 1) that adds to raw in place
-            column_sums = -(w_q.astype(np.int64).sum(axis=0) * w_scale).astype(np.float32)[None, :]
+        else:  # s·raw + [s·z, 1] ⊗ [−column sums; bias], one Gemm (K = 1 or 2) that adds to s·raw in place
+            biased = self.bias(node, n)
+            terms = -(w_q.astype(np.int64).sum(axis=0) * w_scale).astype(np.float32)[None, :]
+            if biased is not None:
+                output, bias = biased
+                self.folded.add(output)
+                terms = np.concatenate([terms, bias[None, :]])
             raw = self.node("MatMulIntegerToFloat", kernel_inputs, p + "raw")
-            product = self.node("Gemm", [zero, c(p + "-column_sums", column_sums), raw], p + "product")
-        scaled = self.node("Mul", [product, scale], p + "scaled")
+            left = self.zero_rows(node.input[0], scale, zero, with_ones=biased is not None)
+            product = self.node("Gemm", [left, c(p + "zero_terms", terms), raw], p + "product")
         shape = f"{leading}_{n}"
         if shape not in self.shapes:
             self.shapes.add(self.node("Concat", [leading, c(f"q_n{n}", np.array([n], np.int64))], shape, axis=0))
-        self.node("Reshape", [scaled, shape], node.output[0])
+        self.node("Reshape", [product, shape], output)
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:

@@ -315,6 +315,61 @@ def test_seven_bit_weights_stay_where_u8s8_kernels_cannot_saturate(embed_tag: st
     assert largest_weights(qkv=SEVEN_BIT_LEVELS) == [SEVEN_BIT_LEVELS, INT8_LEVELS]
 
 
+@pytest.mark.int8
+def test_the_int8_rewrite_computes_per_token_arithmetic_with_the_bias_folded_in():
+    """A MatMul + bias, a MatMul without one and a MatMul whose Add is a residual, rewritten and run: each
+    output equals numpy's per-row asymmetric quantization, integer product and scales (plus the bias), and
+    the bias Add is gone into the zero points' Gemm while the residual Add stays."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from models import cpu
+    from models.quantize import PerTokenInt8, unsigned_weights, weight_int8
+
+    rng = np.random.default_rng(7)
+    k, n = 48, 40
+    w_bias, w_plain, w_residual = (rng.normal(0, 0.2, (k, n)).astype(np.float32) for _ in range(3))
+    bias = rng.normal(0, 1, n).astype(np.float32)
+    x = rng.normal(0, 1, (2, 5, k)).astype(np.float32)
+    x[0, 1] = np.abs(x[0, 1])  # a one-sided row, as after GELU
+    x[1, 3] = 0.0  # an empty (padding-like) row
+    residual = rng.normal(0, 1, (2, 5, n)).astype(np.float32)
+    inits = [numpy_helper.from_array(a, name) for a, name in [(w_bias, "w1"), (w_plain, "w2"), (w_residual, "w3"), (bias, "b")]]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b"], ["biased"]),
+        helper.make_node("MatMul", ["x", "w2"], ["plain"]),
+        helper.make_node("MatMul", ["x", "w3"], ["m3"]),
+        helper.make_node("Add", ["m3", "residual"], ["with_residual"]),
+    ]
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("biased", "plain", "with_residual")]
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [None, None, size]) for name, size in (("x", k), ("residual", n))]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    model = PerTokenInt8(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)).rewrite()
+    ops = [node.op_type for node in model.graph.node]
+    assert ops.count("MatMulIntegerToFloat") == 3 and ops.count("Add") == 1 and "Mul" in ops  # Mul: the zero points' s·z only
+    assert "b" not in {init.name for init in model.graph.initializer}  # folded, not left unused
+    if not cpu.signed_int8_is_exact():
+        model = unsigned_weights(model)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    biased, plain, with_residual = session.run(None, {"x": x, "residual": residual})
+
+    rows = x.reshape(-1, k)
+    low, high = np.minimum(rows.min(axis=1), 0), np.maximum(rows.max(axis=1), 0)
+    scale = np.maximum((high - low) * np.float32(1 / 255), np.float32(1e-12)).astype(np.float32)
+    zero = np.clip(np.round(-low / scale), 0, 255)
+    quantized = np.clip(np.round(rows / scale[:, None]) + zero[:, None], 0, 255)
+
+    def expected(weight: np.ndarray) -> np.ndarray:
+        w_q, w_scale = weight_int8(weight)
+        integer = (quantized - zero[:, None]).astype(np.int64) @ w_q.astype(np.int64)
+        return (integer * w_scale.astype(np.float64) * scale[:, None].astype(np.float64)).reshape(2, 5, n)
+
+    for got, want in [(biased, expected(w_bias) + bias), (plain, expected(w_plain)), (with_residual, expected(w_residual) + residual)]:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(biased, x @ w_bias + bias, atol=0.1)  # and near the fp32 product it stands for
+
+
 def test_uint8_weights_only_where_int8_ones_could_saturate(embed_tag: str):
     """Where u8×s8 kernels saturate, the 8-bit weights move to u8×u8 kernels; 7-bit ones stay on u8×s8."""
     import onnx
