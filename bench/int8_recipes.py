@@ -21,6 +21,8 @@ must not make a text depend on its batch mates). The recipes:
   ``reduce_range``), which u8×s8 kernels multiply without saturating on every class: where there is no
   VNNI, the fast kernels instead of u8×u8. ``per-token, 7-bit weights but FFN down``: the FFN's down
   projections keep 8 bits (there, on u8×u8 kernels: ``unsigned_weights`` leaves 7-bit weights signed).
+- ``per-token, as rewritten now``: the served recipe as this tree's ``models.quantize`` writes it, against the
+  stored graph as the tree that imported the benchmark model wrote it: a change to the rewrite, measured in process;
 - ``MatMulNBits 8-bit, int8 compute, block N``: ONNX Runtime's weight-only 8-bit MatMuls (asymmetric, a scale and zero
   point per block of N along each weight column) with ``accuracy_level`` 4, where its kernels quantize each activation
   row per block of N to int8 inside the MatMul: per row, hence invariant, with no quantizing ops in the graph.
@@ -119,6 +121,7 @@ RECIPES: dict[str, Callable[[Path, Path, Path], Path]] = {
     "static, FFN down fp32": lambda fp32, scratch, model_dir: static(fp32, scratch, model_dir, exclude_after_gelu=True),
     "per-token, 7-bit weights": lambda fp32, scratch, _: seven_bit(fp32, scratch, ("qkv", "after_gelu", "other")),
     "per-token, 7-bit weights but FFN down": lambda fp32, scratch, _: seven_bit(fp32, scratch, ("qkv", "other")),
+    "per-token, as rewritten now": lambda fp32, scratch, _: save_graph(PerTokenInt8(onnx.load(str(fp32))).rewrite(), scratch / "now.onnx"),
     **{
         f"MatMulNBits 8-bit, int8 compute, block {block}": lambda fp32, scratch, _, block=block: weight_only_int8(fp32, scratch, block)
         for block in (32, 128)
