@@ -21,8 +21,9 @@ must not make a text depend on its batch mates). The recipes:
   ``reduce_range``), which u8×s8 kernels multiply without saturating on every class: where there is no
   VNNI, the fast kernels instead of u8×u8. ``per-token, 7-bit weights but FFN down``: the FFN's down
   projections keep 8 bits (there, on u8×u8 kernels: ``unsigned_weights`` leaves 7-bit weights signed).
-- ``per-token, as rewritten now``: the served recipe as this tree's ``models.quantize`` writes it, against the
-  stored graph as the tree that imported the benchmark model wrote it: a change to the rewrite, measured in process;
+- ``per-token, as rewritten now``: the served recipe as this tree's ``models.quantize`` writes it. On the graph
+  stored by the same rewrite it is a control: a recipe built in the run read 1.05x the stored graph's texts/s
+  (docs/design.md 5), a bias every ratio here carries; compare stored graphs with ``bench.stored_graphs``;
 - ``MatMulNBits 8-bit, int8 compute, block N``: ONNX Runtime's weight-only 8-bit MatMuls (asymmetric, a scale and zero
   point per block of N along each weight column) with ``accuracy_level`` 4, where its kernels quantize each activation
   row per block of N to int8 inside the MatMul: per row, hence invariant, with no quantizing ops in the graph.

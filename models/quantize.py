@@ -14,8 +14,9 @@ here with standard ops and one contrib op:
     + [s·z, 1] ⊗ [−column sums of w_q; bias]                (one Gemm, K = 2, that adds in place)
     → [.., N]
 
-The MatMul's bias ``Add`` rides in the zero points' Gemm, and the row scale in the kernel: two ops per
-MatMul, where a separate row scale ``Mul`` and bias ``Add`` made four passes over its output (docs/design.md 5).
+The MatMul's bias ``Add`` rides in the zero points' Gemm and the row scale in the kernel, and the
+MatMuls that read one input (Q, K and V; a gated FFN's gate and up) run as one, their weights side by
+side and the product split after: fewer ops and passes over the outputs (docs/design.md 5).
 
 Asymmetric rows everywhere are served: symmetric rows (zero point 128, subtracted inside the kernel) are
 faster but miss the fidelity gate, and leaving Q/K/V in fp32 is more accurate but slower (docs/design.md 5
@@ -78,6 +79,7 @@ class PerTokenInt8:
         self.quantized: dict[str, tuple[str, str, str | None, str]] = {}
         self.shapes: set[str] = set()
         self.zero_products: dict[str, str] = {}
+        self.grouped: set[str] = set()  # activations whose weight MatMuls are rewritten, as one
         self.nodes: list[onnx.NodeProto] = []
 
     def rewrite(self) -> onnx.ModelProto:
@@ -93,7 +95,9 @@ class PerTokenInt8:
                 self.nodes.append(node)
                 continue
             replaced.add(weight.name)
-            self.matmul(node, array, symmetric=mode == "symmetric", levels=self.weight_levels.get(role, INT8_LEVELS))
+            if node.input[0] not in self.grouped:
+                self.grouped.add(node.input[0])
+                self.matmul(self.readers(node.input[0]), symmetric=mode == "symmetric", levels=self.weight_levels.get(role, INT8_LEVELS))
         del self.graph.node[:]
         self.graph.node.extend(self.nodes)
         used = {name for node in self.nodes for name in node.input}
@@ -194,30 +198,51 @@ class PerTokenInt8:
             self.zero_products[key] = self.node("Pad", [scaled, one_column, ones], p + "ones") if with_ones else scaled
         return self.zero_products[key]
 
-    def matmul(self, node: onnx.NodeProto, weight: np.ndarray, symmetric: bool, levels: int) -> None:
-        k, n = weight.shape
-        p = f"{node.name or node.output[0]}_int8_"
+    def readers(self, activation: str) -> list[onnx.NodeProto]:
+        """The weight MatMuls that read ``activation`` (Q, K and V read one): rewritten as one MatMul."""
+        return [
+            node
+            for node in self.consumers[activation]
+            if node.op_type == "MatMul" and node.input[0] == activation and len(getattr(self.weights.get(node.input[1]), "dims", ())) == 2
+        ]
+
+    def matmul(self, group: list[onnx.NodeProto], symmetric: bool, levels: int) -> None:
+        """The MatMuls of ``group`` (one input), as one: their weights side by side, the product split after."""
+        first = group[0]
+        p = f"{first.name or first.output[0]}_int8_"
         c = self.const
-        w_q, w_scale = weight_int8(weight, levels)
-        quantized, scale, zero, leading = self.rows(node.input[0], k, symmetric)
+        quantized_weights = [weight_int8(numpy_helper.to_array(self.weights[node.input[1]]), levels) for node in group]
+        w_q = np.concatenate([w for w, _ in quantized_weights], axis=1)
+        w_scale = np.concatenate([scale for _, scale in quantized_weights])
+        (k, n), widths = w_q.shape, [w.shape[1] for w, _ in quantized_weights]
+        quantized, scale, zero, leading = self.rows(first.input[0], k, symmetric)
         kernel_inputs = [quantized, c(p + "w", w_q), scale, c(p + "w_scale", w_scale)]
-        output = node.output[0]
+        outputs = [node.output[0] for node in group]
         if zero is None:
             product = self.node("MatMulIntegerToFloat", [*kernel_inputs, c("q_128", np.uint8(128))], p + "product")
-        else:  # s·raw + [s·z, 1] ⊗ [−column sums; bias], one Gemm (K = 1 or 2) that adds to s·raw in place
-            biased = self.bias(node, n)
+        else:  # s·raw + [s·z, 1] ⊗ [−column sums; biases], one Gemm (K = 1 or 2) that adds to s·raw in place
             terms = -(w_q.astype(np.int64).sum(axis=0) * w_scale).astype(np.float32)[None, :]
-            if biased is not None:
-                output, bias = biased
-                self.folded.add(output)
-                terms = np.concatenate([terms, bias[None, :]])
+            biased = [self.bias(node, width) for node, width in zip(group, widths)]
+            if any(biased):
+                outputs = [found[0] if found else output for found, output in zip(biased, outputs)]
+                self.folded.update(found[0] for found in biased if found)
+                biases = [found[1] if found else np.zeros(width, np.float32) for found, width in zip(biased, widths)]
+                terms = np.concatenate([terms, np.concatenate(biases)[None, :]])
             raw = self.node("MatMulIntegerToFloat", kernel_inputs, p + "raw")
-            left = self.zero_rows(node.input[0], scale, zero, with_ones=biased is not None)
+            left = self.zero_rows(first.input[0], scale, zero, with_ones=any(biased))
             product = self.node("Gemm", [left, c(p + "zero_terms", terms), raw], p + "product")
         shape = f"{leading}_{n}"
         if shape not in self.shapes:
             self.shapes.add(self.node("Concat", [leading, c(f"q_n{n}", np.array([n], np.int64))], shape, axis=0))
-        self.node("Reshape", [product, shape], output)
+        if len(group) == 1:
+            self.node("Reshape", [product, shape], outputs[0])
+            return
+        joined = self.node("Reshape", [product, shape], p + "joined")
+        if self.opset >= 13:  # the sizes became an input in opset 13
+            split = c("q_split_" + "_".join(map(str, widths)), np.array(widths, np.int64))
+            self.nodes.append(helper.make_node("Split", [joined, split], outputs, axis=-1))
+        else:
+            self.nodes.append(helper.make_node("Split", [joined], outputs, axis=-1, split=widths))
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:

@@ -316,10 +316,11 @@ def test_seven_bit_weights_stay_where_u8s8_kernels_cannot_saturate(embed_tag: st
 
 
 @pytest.mark.int8
-def test_the_int8_rewrite_computes_per_token_arithmetic_with_the_bias_folded_in():
-    """A MatMul + bias, a MatMul without one and a MatMul whose Add is a residual, rewritten and run: each
-    output equals numpy's per-row asymmetric quantization, integer product and scales (plus the bias), and
-    the bias Add is gone into the zero points' Gemm while the residual Add stays."""
+def test_the_int8_rewrite_computes_per_token_arithmetic():
+    """Three MatMuls on one input (as Q, K and V: two with a bias, one whose Add is a residual) and one alone on
+    another, rewritten and run: each output equals numpy's per-row asymmetric quantization, integer product and
+    scales (plus the bias). The three run as one MatMul, split after; the biases ride in the zero points' Gemm
+    while the residual Add stays."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -328,46 +329,49 @@ def test_the_int8_rewrite_computes_per_token_arithmetic_with_the_bias_folded_in(
 
     rng = np.random.default_rng(7)
     k, n = 48, 40
-    w_bias, w_plain, w_residual = (rng.normal(0, 0.2, (k, n)).astype(np.float32) for _ in range(3))
-    bias = rng.normal(0, 1, n).astype(np.float32)
-    x = rng.normal(0, 1, (2, 5, k)).astype(np.float32)
+    w_bias, w_narrow, w_residual, w_alone = (rng.normal(0, 0.2, (k, width)).astype(np.float32) for width in (n, 16, n, n))
+    bias, narrow_bias = rng.normal(0, 1, n).astype(np.float32), rng.normal(0, 1, 16).astype(np.float32)
+    x, y = (rng.normal(0, 1, (2, 5, k)).astype(np.float32) for _ in range(2))
     x[0, 1] = np.abs(x[0, 1])  # a one-sided row, as after GELU
     x[1, 3] = 0.0  # an empty (padding-like) row
     residual = rng.normal(0, 1, (2, 5, n)).astype(np.float32)
-    inits = [numpy_helper.from_array(a, name) for a, name in [(w_bias, "w1"), (w_plain, "w2"), (w_residual, "w3"), (bias, "b")]]
+    named = [(w_bias, "w1"), (w_narrow, "w2"), (w_residual, "w3"), (w_alone, "w4"), (bias, "b1"), (narrow_bias, "b2")]
     nodes = [
         helper.make_node("MatMul", ["x", "w1"], ["m1"]),
-        helper.make_node("Add", ["m1", "b"], ["biased"]),
-        helper.make_node("MatMul", ["x", "w2"], ["plain"]),
+        helper.make_node("Add", ["m1", "b1"], ["biased"]),
+        helper.make_node("MatMul", ["x", "w2"], ["m2"]),
+        helper.make_node("Add", ["b2", "m2"], ["narrow"]),
         helper.make_node("MatMul", ["x", "w3"], ["m3"]),
         helper.make_node("Add", ["m3", "residual"], ["with_residual"]),
+        helper.make_node("MatMul", ["y", "w4"], ["alone"]),
     ]
-    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("biased", "plain", "with_residual")]
-    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [None, None, size]) for name, size in (("x", k), ("residual", n))]
-    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("biased", "narrow", "with_residual", "alone")]
+    sizes = {"x": k, "y": k, "residual": n}
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [None, None, size]) for name, size in sizes.items()]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(a, name) for a, name in named])
     model = PerTokenInt8(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)).rewrite()
     ops = [node.op_type for node in model.graph.node]
-    assert ops.count("MatMulIntegerToFloat") == 3 and ops.count("Add") == 1 and "Mul" in ops  # Mul: the zero points' s·z only
-    assert "b" not in {init.name for init in model.graph.initializer}  # folded, not left unused
+    assert (ops.count("MatMulIntegerToFloat"), ops.count("Split"), ops.count("Add")) == (2, 1, 1)
+    assert not {"b1", "b2"} & {init.name for init in model.graph.initializer}  # folded, not left unused
     if not cpu.signed_int8_is_exact():
         model = unsigned_weights(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    biased, plain, with_residual = session.run(None, {"x": x, "residual": residual})
+    got = session.run(None, {"x": x, "y": y, "residual": residual})
 
-    rows = x.reshape(-1, k)
-    low, high = np.minimum(rows.min(axis=1), 0), np.maximum(rows.max(axis=1), 0)
-    scale = np.maximum((high - low) * np.float32(1 / 255), np.float32(1e-12)).astype(np.float32)
-    zero = np.clip(np.round(-low / scale), 0, 255)
-    quantized = np.clip(np.round(rows / scale[:, None]) + zero[:, None], 0, 255)
-
-    def expected(weight: np.ndarray) -> np.ndarray:
+    def expected(a: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        rows = a.reshape(-1, k)
+        low, high = np.minimum(rows.min(axis=1), 0), np.maximum(rows.max(axis=1), 0)
+        scale = np.maximum((high - low) * np.float32(1 / 255), np.float32(1e-12)).astype(np.float32)
+        zero = np.clip(np.round(-low / scale), 0, 255)
+        quantized = np.clip(np.round(rows / scale[:, None]) + zero[:, None], 0, 255)
         w_q, w_scale = weight_int8(weight)
         integer = (quantized - zero[:, None]).astype(np.int64) @ w_q.astype(np.int64)
-        return (integer * w_scale.astype(np.float64) * scale[:, None].astype(np.float64)).reshape(2, 5, n)
+        return (integer * w_scale.astype(np.float64) * scale[:, None].astype(np.float64)).reshape(2, 5, -1)
 
-    for got, want in [(biased, expected(w_bias) + bias), (plain, expected(w_plain)), (with_residual, expected(w_residual) + residual)]:
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(biased, x @ w_bias + bias, atol=0.1)  # and near the fp32 product it stands for
+    wanted = [expected(x, w_bias) + bias, expected(x, w_narrow) + narrow_bias, expected(x, w_residual) + residual, expected(y, w_alone)]
+    for one, want in zip(got, wanted):
+        np.testing.assert_allclose(one, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[0], x @ w_bias + bias, atol=0.1)  # and near the fp32 product it stands for
 
 
 def test_uint8_weights_only_where_int8_ones_could_saturate(embed_tag: str):
@@ -381,9 +385,9 @@ def test_uint8_weights_only_where_int8_ones_could_saturate(embed_tag: str):
     model = unsigned_weights(PerTokenInt8(fp32, weight_levels={"qkv": SEVEN_BIT_LEVELS}).rewrite())
     weights = {init.name: init.data_type for init in model.graph.initializer}
     kinds = [(weights[node.input[1]], "q_128_weights" in node.input) for node in model.graph.node if node.op_type == "MatMulIntegerToFloat"]
-    assert kinds.count((TensorProto.INT8, False)) == 3 * 6  # Q, K and V of 6 layers
+    assert kinds.count((TensorProto.INT8, False)) == 6  # Q, K and V (one MatMul) of 6 layers
     assert kinds.count((TensorProto.UINT8, True)) == 3 * 6  # attention's output, the FFN's two
-    assert len(kinds) == 6 * 6
+    assert len(kinds) == 4 * 6
 
 
 def test_default_labels_agree_with_torch(topic_classifier_tag: str):
