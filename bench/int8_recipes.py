@@ -22,7 +22,7 @@ must not make a text depend on its batch mates). The recipes:
   VNNI, the fast kernels instead of u8×u8. ``per-token, 7-bit weights but FFN down``: the FFN's down
   projections keep 8 bits (there, on u8×u8 kernels: ``unsigned_weights`` leaves 7-bit weights signed).
 - ``per-token, as rewritten now``: the served recipe as this tree's ``models.quantize`` writes it. On the graph
-  stored by the same rewrite it is a control: a recipe built in the run read 1.05x the stored graph's texts/s
+  stored by the same rewrite it is a control: a recipe built in the run read 1.03-1.15x the stored graph's texts/s
   (docs/design.md 5), a bias every ratio here carries; compare stored graphs with ``bench.stored_graphs``;
 - ``MatMulNBits 8-bit, int8 compute, block N``: ONNX Runtime's weight-only 8-bit MatMuls (asymmetric, a scale and zero
   point per block of N along each weight column) with ``accuracy_level`` 4, where its kernels quantize each activation
@@ -170,8 +170,8 @@ def main() -> None:
             write_result("int8-recipes-fidelity.json", {"int8_kernels": precision, "recipes": rows})
             return
         rates: dict[str, dict[str, list[float]]] = {name: {"alone": [], "sorted-32": []} for name in graphs}
-        for _ in range(args.rounds):  # interleaved: a slow minute of the machine falls on every graph
-            for name, backend in graphs.items():
+        for turn in range(args.rounds):  # interleaved, the order reversed every other round: a slow minute falls on every graph
+            for name, backend in list(graphs.items())[:: 1 if turn % 2 == 0 else -1]:
                 for mode in rates[name]:
                     rates[name][mode].append(best_rate(backend, spec, ids, mode, 1))
     for name, row in rows.items():
