@@ -87,8 +87,7 @@ def static(fp32: Path, scratch: Path, model_dir: Path, exclude_after_gelu: bool 
     excluded = []
     if exclude_after_gelu:
         rewriter = PerTokenInt8(model)  # its roles, not its rewrite
-        excluded = [node.name for node in model.graph.node if node.op_type == "MatMul" and node.input[0] in rewriter.weight_consumers
-                    and rewriter.role(node.input[0]) == "after_gelu"]  # fmt: skip
+        excluded = [node.name for node in model.graph.node if rewriter.weight_matmul(node) and rewriter.role(node.input[0]) == "after_gelu"]
     target = scratch / f"static-{len(excluded)}.onnx"
     quantize_static(
         str(fp32), str(target), Calibration(model_dir), quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],

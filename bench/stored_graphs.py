@@ -38,26 +38,26 @@ def fastest_passes(tags: list[str], backend: str, reps: int) -> dict[str, dict[s
     """Per tag: a lone text's pass (ms, mean over ``LONE_TEXTS``) and texts/s in sorted batches of 32, from each
     batch's fastest pass over ``reps`` turns."""
     models = {name: loaded(backend, tag) for name, tag in zip(labels(tags), tags)}
-    tags = list(models)
-    ids = models[tags[0]][2]
+    names = list(models)
+    ids = models[names[0]][2]
     work = {"alone": [[one] for one in ids[:LONE_TEXTS]], "sorted-32": batches(ids[:STREAM_TEXTS], "sorted-32")}
-    fastest = {tag: {mode: [float("inf")] * len(runs) for mode, runs in work.items()} for tag in tags}
+    fastest = {name: {mode: [float("inf")] * len(runs) for mode, runs in work.items()} for name in names}
     for turn in range(reps):
-        for tag in tags if turn % 2 == 0 else tags[::-1]:
-            model, spec, _ = models[tag]
+        for name in names if turn % 2 == 0 else names[::-1]:
+            model, spec, _ = models[name]
             for mode, runs in work.items():
                 for index, texts in enumerate(runs):
                     started = time.perf_counter()
                     run_batch(model, texts, spec.pad_id, settings.token_budget)
-                    fastest[tag][mode][index] = min(fastest[tag][mode][index], time.perf_counter() - started)
+                    fastest[name][mode][index] = min(fastest[name][mode][index], time.perf_counter() - started)
     return {
-        tag: {
-            "backend": models[tag][0].name,
-            "precision": models[tag][0].precision,
+        name: {
+            "backend": models[name][0].name,
+            "precision": models[name][0].precision,
             "alone_pass_ms": round(1000 * sum(passes["alone"]) / LONE_TEXTS, 3),
             "sorted_32_texts_per_s": round(STREAM_TEXTS / sum(passes["sorted-32"]), 1),
         }
-        for tag, passes in fastest.items()
+        for name, passes in fastest.items()
     }
 
 
@@ -72,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     tags = [str(bentoml.models.get(tag).tag) for tag in args.tags]
     rows = fastest_passes(tags, args.backend, args.reps)
-    first = rows[labels(tags)[0]]
+    first = rows[tags[0]]  # named as given: the first is never numbered
     for row in rows.values():
         row["sorted_32_over_first"] = round(row["sorted_32_texts_per_s"] / first["sorted_32_texts_per_s"], 3)
         row["alone_pass_over_first"] = round(row["alone_pass_ms"] / first["alone_pass_ms"], 3)

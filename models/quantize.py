@@ -65,11 +65,8 @@ class PerTokenInt8:
         self.graph = model.graph
         self.weights = {init.name: init for init in self.graph.initializer}
         self.producer = {output: node for node in self.graph.node for output in node.output}
-        self.weight_consumers: dict[str, int] = {}
         self.consumers: dict[str, list[onnx.NodeProto]] = {}
         for node in self.graph.node:
-            if node.op_type == "MatMul" and node.input[1] in self.weights:
-                self.weight_consumers[node.input[0]] = self.weight_consumers.get(node.input[0], 0) + 1
             for name in node.input:
                 self.consumers.setdefault(name, []).append(node)
         self.folded: set[str] = set()  # outputs of the bias Adds folded into their MatMul's Gemm
@@ -87,14 +84,12 @@ class PerTokenInt8:
         for node in self.graph.node:
             if node.output[0] in self.folded:  # a bias Add, now inside its MatMul's Gemm
                 continue
-            weight = self.weights.get(node.input[1]) if node.op_type == "MatMul" else None
-            array = numpy_helper.to_array(weight) if weight is not None else None
-            role = self.role(node.input[0]) if array is not None and array.ndim == 2 else None
+            role = self.role(node.input[0]) if self.weight_matmul(node) else None
             mode = self.policy[role] if role else "fp32"
             if mode == "fp32":
                 self.nodes.append(node)
                 continue
-            replaced.add(weight.name)
+            replaced.add(node.input[1])
             if node.input[0] not in self.grouped:
                 self.grouped.add(node.input[0])
                 self.matmul(self.readers(node.input[0]), symmetric=mode == "symmetric", levels=self.weight_levels.get(role, INT8_LEVELS))
@@ -131,7 +126,7 @@ class PerTokenInt8:
 
     def role(self, activation: str) -> str:
         """``qkv`` (feeds the three attention projections), ``after_gelu`` (FFN down) or ``other``."""
-        if self.weight_consumers[activation] >= 3:
+        if len(self.readers(activation)) >= 3:
             return "qkv"
         return "after_gelu" if self.after_gelu(activation) else "other"
 
@@ -198,13 +193,13 @@ class PerTokenInt8:
             self.zero_products[key] = self.node("Pad", [scaled, one_column, ones], p + "ones") if with_ones else scaled
         return self.zero_products[key]
 
+    def weight_matmul(self, node: onnx.NodeProto) -> bool:
+        """A MatMul of its input by a stored 2-D weight: what the rewrite quantizes."""
+        return node.op_type == "MatMul" and node.input[1] in self.weights and len(self.weights[node.input[1]].dims) == 2
+
     def readers(self, activation: str) -> list[onnx.NodeProto]:
         """The weight MatMuls that read ``activation`` (Q, K and V read one): rewritten as one MatMul."""
-        return [
-            node
-            for node in self.consumers[activation]
-            if node.op_type == "MatMul" and node.input[0] == activation and len(getattr(self.weights.get(node.input[1]), "dims", ())) == 2
-        ]
+        return [node for node in self.consumers[activation] if node.input[0] == activation and self.weight_matmul(node)]
 
     def matmul(self, group: list[onnx.NodeProto], symmetric: bool, levels: int) -> None:
         """The MatMuls of ``group`` (one input), as one: their weights side by side, the product split after."""
