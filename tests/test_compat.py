@@ -168,12 +168,10 @@ class CountedSema(dispatcher.NonBlockSema):
         return super().is_locked()
 
 
-def dispatcher_with(controller, outbound_call, max_latency_ms: int = 60_000, inbound_call=bentoml_batcher.stock_inbound_call):
-    """A dispatcher of ``max_latency_ms`` whose loop is ``controller`` (whose batches end with ``outbound_call``, and
-    whose calls arrive by ``inbound_call``), fed a model whose calls are (name, seconds) pairs: a batch takes its
-    longest call's seconds and answers the names."""
-    methods = {"controller": controller, "outbound_call": outbound_call, "inbound_call": inbound_call}
-    Dispatcher = type("Dispatcher", (dispatcher.CorkDispatcher,), methods)
+def dispatcher_with(controller, outbound_call, max_latency_ms: int = 60_000):
+    """A dispatcher of ``max_latency_ms`` whose loop is ``controller`` (and whose batches end with ``outbound_call``),
+    fed a model whose calls are (name, seconds) pairs: a batch takes its longest call's seconds and answers the names."""
+    Dispatcher = type("Dispatcher", (dispatcher.CorkDispatcher,), {"controller": controller, "outbound_call": outbound_call})
     batcher, sema = Dispatcher(max_latency_ms, 64, fallback=lambda: "shed", get_batch_size=lambda data: 1), CountedSema()
     batcher._sema = sema
     started: dict[str, float] = {}
@@ -182,12 +180,10 @@ def dispatcher_with(controller, outbound_call, max_latency_ms: int = 60_000, inb
         now = time.monotonic()
         for name, _ in calls:
             started[name] = now
-            tasks[name] = asyncio.current_task()
         await asyncio.sleep(max(seconds for _, seconds in calls))
         return [name for name, _ in calls]
 
-    tasks: dict[str, asyncio.Task] = {}
-    return Fed(batcher(model), sema, started, batcher, tasks)
+    return Fed(batcher(model), sema, started, batcher)
 
 
 class Fed(NamedTuple):
@@ -195,7 +191,6 @@ class Fed(NamedTuple):
     sema: CountedSema
     started: dict[str, float]  # when each call's batch started, by name
     dispatcher: dispatcher.CorkDispatcher
-    tasks: dict[str, asyncio.Task]  # the task each call's batch ran in, by name
 
 
 async def trained(call) -> None:
@@ -225,7 +220,7 @@ def test_after_a_burst_a_lone_call_is_dispatched_at_once_though_the_optimizer_le
 async def while_a_batch_runs(fed: Fed, queued: list[str], batch_s: float = 0.3):
     """How often the loop asked whether the model is free while a ``batch_s`` batch ran with ``queued`` calls waiting,
     every call's answer, and each queued call's start after the batch's end (0 for one shed)."""
-    call, sema, started, *_ = fed
+    call, sema, started, _ = fed
     await trained(call)
     asked = sema.asked
     running = asyncio.ensure_future(call(("running", batch_s)))
@@ -251,47 +246,10 @@ def test_the_next_batch_is_dispatched_when_the_running_one_ends_with_no_polling_
     assert after_the_end["next"] == after_the_end["and next"] and 0 <= after_the_end["next"] < 0.1  # together, at once
 
 
-def patched_dispatcher(max_latency_ms: int = 60_000) -> Fed:
-    return dispatcher_with(
-        bentoml_batcher.dispatch_when_free,
-        bentoml_batcher.outbound_call_then_wake,
-        max_latency_ms,
-        bentoml_batcher.inbound_call_at_once_when_idle,
-    )
-
-
-def test_a_call_that_finds_the_batcher_idle_runs_in_its_own_task_and_the_calls_behind_it_batch_together():
-    async def calls(fed: Fed):
-        await trained(fed.call)  # while it trains, every call goes by the loop, as BentoML's do
-        training = fed.tasks["training 11"]
-        caller = asyncio.ensure_future(fed.call(("lone", 0.2)))
-        await asyncio.sleep(0.02)
-        queued = [asyncio.ensure_future(fed.call((name, 0))) for name in ("next", "and next")]
-        return training, caller, await asyncio.gather(caller, *queued)
-
-    fed = patched_dispatcher()
-    training, caller, answers = asyncio.run(calls(fed))
-    assert answers == ["lone", "next", "and next"]
-    assert fed.tasks["lone"] is caller and training is not caller  # at once, no task of its own; training's by the loop
-    assert fed.tasks["next"] is fed.tasks["and next"] is not caller  # behind it, one batch, by the loop
-    assert fed.started["next"] - fed.started["lone"] >= 0.2
-
-
-def test_a_lone_call_cancelled_in_its_batch_frees_the_batcher_for_the_next():
-    async def calls(fed: Fed):
-        await trained(fed.call)
-        caller = asyncio.ensure_future(fed.call(("lone", 5)))
-        await asyncio.sleep(0.05)
-        caller.cancel()
-        return await caller, await asyncio.wait_for(fed.call(("next", 0)), 1)
-
-    assert asyncio.run(calls(patched_dispatcher())) == ("shed", "next")  # BentoML's fallback, as for a call cancelled queued
-
-
 def test_a_call_queued_past_max_latency_is_shed_while_the_batch_runs_not_after_it():
     """The loop wakes for the oldest call's time to run out: alone (no arrival wakes it) and behind another call."""
     for queued in (["oldest"], ["oldest", "newer"]):
-        batcher = patched_dispatcher(max_latency_ms=100)
+        batcher = dispatcher_with(bentoml_batcher.dispatch_when_free, bentoml_batcher.outbound_call_then_wake, max_latency_ms=100)
         asked, answers, _ = asyncio.run(while_a_batch_runs(batcher, queued=queued, batch_s=0.6))
         assert answers[:2] == ["running", "shed"], queued  # the 503's fallback, while the 0.6 s batch ran
         assert asked <= 8

@@ -11,9 +11,8 @@ a second on the Encoder's event loop, taking the cores from the model's threads,
 
 ``dispatch_when_free`` is BentoML's dispatch loop (``CorkDispatcher.controller``) without the learned
 wait, which nothing else reads, and without the polling: woken when the batch ends, a call arrives or
-the oldest call comes due for shedding. A call that finds the batcher idle is dispatched at once in its own
-task (``inbound_call_at_once_when_idle``), not by waking the loop to start a task for it. Everything else
-BentoML does is kept: its training of its latency model at start, requests that pile up while a batch runs going together into the next one
+the oldest call comes due for shedding. Everything else BentoML does is kept: its training of its
+latency model at start, requests that pile up while a batch runs going together into the next one
 (up to ``max_batch_size``), and the oldest request shed with 503 when its predicted latency passes
 ``max_latency_ms``.
 
@@ -41,7 +40,6 @@ logger = logging.getLogger("textbento")
 CorkDispatcher = dispatcher.CorkDispatcher
 stock_controller = CorkDispatcher.controller
 stock_outbound_call = CorkDispatcher.outbound_call
-stock_inbound_call = CorkDispatcher.inbound_call
 stock_create_instance = ServiceAppFactory.create_instance
 serving: list[ServiceAppFactory] = []  # the factory of this process's service, once it creates the instance
 
@@ -56,7 +54,6 @@ async def dispatch_when_free(self: CorkDispatcher) -> None:
             self.optimizer.trigger_refresh()
     except Exception:
         logger.exception("BentoML's batcher could not train its latency model")
-    self.trained = True  # from now on a call that finds the batcher idle goes at once (inbound_call_at_once_when_idle)
     while True:
         try:
             async with self._wake_event:
@@ -79,20 +76,6 @@ async def dispatch_when_free(self: CorkDispatcher) -> None:
             self._loop.create_task(self.outbound_call(tuple(self._get_inputs())))
         except Exception:
             logger.exception("BentoML's batcher failed to dispatch a batch")
-
-
-async def inbound_call_at_once_when_idle(self: CorkDispatcher, data: Any) -> Any:
-    """``CorkDispatcher.inbound_call``; but a call that finds the batcher idle (its latency model trained, no call
-    queued, no batch running) is dispatched as the loop would dispatch it, a batch of its own at once, and run in
-    the caller's task: the loop's wake-up and the batch's task are two task switches on a lone call's way, each
-    slow on caches a pass has just swept (docs/design.md 8). Should its caller be cancelled, the batch is, as
-    it carries nothing else (BentoML answers the call with its fallback either way)."""
-    if not getattr(self, "trained", False) or self._queue or self._sema.is_locked():
-        return await stock_inbound_call(self, data)
-    self._sema.acquire()
-    job = dispatcher.Job(time.time(), data, self._loop.create_future())
-    await self.outbound_call((job,))
-    return job.future.result()
 
 
 async def outbound_call_then_wake(self: CorkDispatcher, inputs_info: tuple[Any, ...], training: bool = False) -> None:
@@ -120,18 +103,12 @@ def batcher(api: str) -> Callable[[Any], Awaitable[Any]]:
 def apply() -> None:
     """Every ``CorkDispatcher`` dispatches when free, and the service's factory is kept for ``batcher`` (twice
     changes nothing). Refuses to start when the installed BentoML no longer has what this replaces."""
-    if (
-        not all(hasattr(dispatcher.Optimizer, name) for name in ("trigger_refresh", "N_SKIPPED_SAMPLE"))
-        or not all(
-            hasattr(CorkDispatcher, name)
-            for name in ("controller", "inbound_call", "outbound_call", "train_optimizer", "_wake_event", "_get_inputs")
-        )
-        or not hasattr(dispatcher, "Job")
+    if not all(hasattr(dispatcher.Optimizer, name) for name in ("trigger_refresh", "N_SKIPPED_SAMPLE")) or not all(
+        hasattr(CorkDispatcher, name) for name in ("controller", "outbound_call", "train_optimizer", "_wake_event", "_get_inputs")
     ):
         raise RuntimeError("BentoML's batcher changed: serving/compat/bentoml_batcher.py no longer applies; re-measure the idle wait")
     if not hasattr(ServiceAppFactory, "batch_infer"):
         raise RuntimeError("BentoML's service app has no batch_infer: serving/compat/bentoml_batcher.py no longer applies")
     CorkDispatcher.controller = dispatch_when_free
     CorkDispatcher.outbound_call = outbound_call_then_wake
-    CorkDispatcher.inbound_call = inbound_call_at_once_when_idle
     ServiceAppFactory.create_instance = kept_create_instance
