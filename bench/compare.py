@@ -9,8 +9,8 @@
 The machine's speed changes from day to day, so a figure committed another day is no yardstick:
 this checks out ``REF`` in a scratch git worktree, imports the embedded all-MiniLM-L6-v2 with
 each tree's own import CLI (its own export and quantization), then serves each tree in turns,
-several rounds, measuring the same points (``POINTS``); each point keeps its best round, and each
-round's ratio of the two trees (a pair measured a minute apart) is written too, with their median:
+several rounds (the first to go alternating), measuring the same points (``POINTS``); each point keeps
+its best round, and each round's ratio of the two trees (a pair measured a minute apart) is written too, with their median:
 one fast minute can make a tree's best round. Each round also records the server's CPU per request
 by part (Encoder, API workers): steadier than a rate on a noisy machine, and where a change to the
 way between them shows first. ``--set`` serves this tree with a setting (with ``REF`` = ``HEAD``: the
@@ -137,8 +137,8 @@ def main() -> None:
                 args.ref: (ref_tree, import_default(ref_tree, "compare-ref")),
             }
             rounds: dict[str, list[dict[str, dict]]] = {name: [] for name in trees}
-            for _ in range(args.rounds):
-                for name, (tree, tag) in trees.items():
+            for turn in range(args.rounds):  # the order reversed every other round: going first or second is no edge
+                for name, (tree, tag) in list(trees.items())[:: 1 if turn % 2 == 0 else -1]:
                     ours = settings if tree == ROOT else None
                     rounds[name].append(measure(tree, tag, args.seconds, args.points, ours, mixed=args.mixed))
                     figures = ("texts_per_s", "p50_ms", "errors", "cpu_ms_per_request")
@@ -161,7 +161,7 @@ def main() -> None:
         "results": best,
         "texts_per_s_ratio": ratios,
         "paired_ratios": paired,
-        "median_paired_ratio": {point: statistics.median(values) for point, values in paired.items()},
+        "median_paired_ratio": {point: round(statistics.median(values), 3) for point, values in paired.items()},
         "texts_per_s_by_round": {name: [{k: row["texts_per_s"] for k, row in one.items()} for one in rounds[name]] for name in trees},
         "p50_ms_by_round": {name: [{k: row["p50_ms"] for k, row in one.items()} for one in rounds[name]] for name in trees},
         "cpu_ms_per_request_by_round": {

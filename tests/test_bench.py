@@ -1,7 +1,12 @@
 """The benchmarks' own arithmetic and floors, in process: the figures of docs/ come from these."""
 
+import asyncio
+import importlib
+import inspect
+
 import pytest
 
+from bench import timeline
 from bench.compare import points
 from bench.hop import HOP, MOUNTED, SOLO, bare_round_trip_ms, summary
 
@@ -40,3 +45,32 @@ def test_hop_summary_locates_the_time_by_differences_of_medians():
 def test_a_bare_round_trip_between_two_processes_is_measured():
     """The echo server answers each framed request; a round trip takes more than nothing and far less than a pass."""
     assert 0 < bare_round_trip_ms(calls=200) < 20
+
+
+def test_every_stage_of_the_timeline_names_a_function_of_the_code_as_it_is():
+    for module, function, stage, _ in timeline.STAGES:
+        holder, attribute = timeline.resolve(importlib.import_module(module), function)
+        assert callable(inspect.getattr_static(holder, attribute)), stage
+
+
+def test_the_timeline_stamps_calls_and_returns_and_orders_stages_by_when_they_happen(tmp_path):
+    stamps = []
+
+    def stamp(stage: str) -> None:
+        stamps.append(stage)
+
+    async def answer(cycle, message):
+        stamps.append("answering")
+
+    def work(value):
+        stamps.append("working")
+        return value
+
+    assert timeline.stamped(work, "done", True, stamp)(3) == 3 and stamps == ["working", "done"]
+    asyncio.run(timeline.stamped(answer, "API worker: answer sent", False, stamp)(None, {"type": "http.response.start"}))
+    assert stamps[2:] == ["API worker: answer sent (http.response.start)", "answering"]
+    # two requests, sent at 10 and 20 s; a stray stamp between them belongs to neither
+    (tmp_path / "1.tsv").write_text("10.001\tfirst\n10.003\tsecond\n15\tstray\n20.002\tfirst\n20.003\tsecond\n")
+    found = timeline.stages(tmp_path, [(10.0, 10.004), (20.0, 20.005)])
+    assert list(found) == ["first", "second", timeline.READ]
+    assert found["first"]["at_ms"] == 1.5 and found["second"]["since_previous_ms"] == 1.5 and found["second"]["requests"] == 2
