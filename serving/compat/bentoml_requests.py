@@ -89,7 +89,7 @@ def cancel_timeout_timers() -> None:
 async def _timed(self: Any, scope: dict, receive: Any, send: Any) -> None:
     """BentoML's ``TimeoutMiddleware.__call__``: the app cancelled and a 504 sent where it sends nothing within the
     timeout; but the timer gone once the answer starts or the app ends, the app's own error raised at once, and
-    the app run in the request's task rather than a task of its own (one task switch fewer each way, docs/design.md 8)."""
+    the app run in the request's task rather than a task of its own (one task switch fewer each way, docs/design.md 18)."""
     if scope["type"] not in ("http", "websocket"):
         return await self.app(scope, receive, send)
     try:
