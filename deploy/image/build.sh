@@ -91,6 +91,8 @@ if [ -n "${REPORT:-}" ]; then
             sort -rn | head -n 16 | awk '{ printf "%s\"/%s\": %s", (NR > 1 ? ", " : "{"), $2, $1 } END { print "}" }')"
         podman image unmount "$image" >/dev/null
     fi
-    printf '{"image": "%s", "bento": "%s", "model": "%s", "size_mb": %s, "build_s": %s, "contents_mib": %s, "date": "%s"}\n' \
-        "$image" "$bento" "$model" "$size_mb" "$build_s" "$contents" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$REPORT"
+    # the machine it was built on (build_s is a fact about it), as every result file records it (models/cpu.py)
+    built_on="$(cd "$root" && "$(dirname "$bentoml")/python" -c 'import json; from models.cpu import cpu; print(json.dumps(cpu()))')"
+    printf '{"image": "%s", "bento": "%s", "model": "%s", "size_mb": %s, "build_s": %s, "contents_mib": %s, "cpu": %s, "date": "%s"}\n' \
+        "$image" "$bento" "$model" "$size_mb" "$build_s" "$contents" "$built_on" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$REPORT"
 fi
