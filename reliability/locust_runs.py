@@ -71,7 +71,7 @@ def main() -> int:
             shutil.copy(work / "locust_stats.csv", Path(args.out).with_name("locust_stats.csv"))
         shutil.rmtree(work, ignore_errors=True)
     summary = {
-        "command": " ".join(sys.argv),
+        "command": " ".join(["python -m reliability.locust_runs", *sys.argv[1:]]),
         "scenario": {"users": args.users, "spawn_rate": args.spawn_rate, "seconds": args.seconds, "model": args.model},
         "runs": len(runs),
         "runs_with_failures": sum(1 for run in runs if run["failures"]),
