@@ -33,6 +33,8 @@ from harness.texts import short_texts
 
 HTTP = "uvicorn.protocols.http.httptools_impl"
 # (module, function or Class.method, stage, stamped on return rather than on call), in the order a request passes them.
+# uvicorn's are stamped in the Encoder too where it answers HTTP (its probes): rare inside a request's window, and the
+# figures are medians.
 STAGES = [
     (HTTP, "HttpToolsProtocol.data_received", "API worker: request bytes in", False),
     ("api.middleware", "CancelWhenGone.__call__", "API worker: past BentoML's and FastAPI's middlewares", False),
