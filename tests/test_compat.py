@@ -343,12 +343,11 @@ def test_a_request_over_the_timeout_still_gets_504():
     assert asyncio.run(answered(TimeoutMiddleware(slow, timeout=0.05), 1)) == [504]
 
 
-def test_the_app_runs_in_the_requests_task_and_an_answer_started_outlives_the_timeout():
+def test_an_answer_started_outlives_the_timeout():
     compat.apply()
     sent = []
 
     async def answers_slowly(scope: dict, receive: typing.Any, send: typing.Any) -> None:
-        scope["state"]["task"] = asyncio.current_task()
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await asyncio.sleep(0.2)  # four timeouts, once answering
         await send({"type": "http.response.body", "body": b"ok"})
@@ -356,12 +355,8 @@ def test_the_app_runs_in_the_requests_task_and_an_answer_started_outlives_the_ti
     async def send(message: dict) -> None:
         sent.append(message.get("status", message.get("body")))
 
-    async def request() -> bool:
-        scope = {"type": "http", "path": "/", "state": {}}
-        await TimeoutMiddleware(answers_slowly, timeout=0.05)(scope, None, send)
-        return scope["state"]["task"] is asyncio.current_task()
-
-    assert asyncio.run(request()) and sent == [200, b"ok"]
+    asyncio.run(TimeoutMiddleware(answers_slowly, timeout=0.05)({"type": "http", "path": "/", "state": {}}, None, send))
+    assert sent == [200, b"ok"]
 
 
 def test_still_needed_bentoml_requests_stock_timeout_middleware_holds_a_failed_request_for_the_timeout(monkeypatch):

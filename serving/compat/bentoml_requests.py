@@ -14,8 +14,6 @@
   request open, unanswered, until the timeout, and then sends nothing. Its task meanwhile keeps
   the worker from exiting on SIGTERM (uvicorn waits for every request's task). Here the wait also
   ends when the app does, and its error goes on to the error middleware (a 500) at once.
-- **A task per request.** The same middleware runs the app in a task of its own and waits on it: a
-  task switch each way on every request's path. Here the app runs in the request's own task.
 - **A readiness probe that raises.** ``/readyz`` asks each dependency's ``/readyz`` within 5 s, and
   BentoML's client reads only aiohttp's socket timeouts as "not ready": the total timeout (an
   Encoder still loading, its call waiting in the socket's backlog) raises ``TimeoutError`` out
@@ -87,24 +85,30 @@ def cancel_timeout_timers() -> None:
 
 
 async def _timed(self: Any, scope: dict, receive: Any, send: Any) -> None:
-    """BentoML's ``TimeoutMiddleware.__call__``: the app cancelled and a 504 sent where it sends nothing within the
-    timeout; but the timer gone once the answer starts or the app ends, the app's own error raised at once, and
-    the app run in the request's task rather than a task of its own (one task switch fewer each way, docs/design.md 18)."""
+    """BentoML's ``TimeoutMiddleware.__call__`` as it is, plus the timer's cancel and the app's end ending the wait."""
     if scope["type"] not in ("http", "websocket"):
         return await self.app(scope, receive, send)
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    timer = loop.call_later(self.timeout, self._set_timer_out, waiter)
+
+    async def _send(message: dict) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+        await send(message)
+
+    fut = asyncio.ensure_future(self.app(scope, receive, _send), loop=loop)
+    fut.add_done_callback(lambda _: waiter.done() or waiter.set_result(None))  # it ended without a word: its error, below
     try:
-        async with asyncio.timeout(self.timeout) as backstop:
-
-            async def answering(message: dict) -> None:
-                backstop.reschedule(None)  # the answer has started: the timeout no longer applies
-                await send(message)
-
-            await self.app(scope, receive, answering)
+        await waiter
     except TimeoutError:
-        if not backstop.expired():
-            raise  # the app's own
-        message = {"error": f"Not able to process the request in {self.timeout} seconds"}
-        await JSONResponse(message, status_code=504)(scope, receive, send)
+        if fut.cancel():
+            message = {"error": f"Not able to process the request in {self.timeout} seconds"}
+            await JSONResponse(message, status_code=504)(scope, receive, send)
+    else:
+        await fut
+    finally:
+        timer.cancel()
 
 
 def probe_dependencies_safely() -> None:
