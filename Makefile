@@ -207,8 +207,9 @@ fuzz: venv
 # The reliability tests with their measurements printed (the figures of docs/reliability.md's
 # recorded runs): bench/results/reliability-tests.txt.
 reliability-record: venv
-	bash -o pipefail -c '$(BIN)/python -m pytest -q -s tests/test_faults.py tests/test_connections.py tests/test_overload.py \
-		tests/test_chaos.py 2>&1 | tee bench/results/reliability-tests.txt'
+	bash -o pipefail -c '{ echo "cpu: $$($(BIN)/python -m models.cpu); date: $$(date -u +%F); commit: $$(git rev-parse --short HEAD)"; \
+		$(BIN)/python -m pytest -q -s tests/test_faults.py tests/test_connections.py tests/test_overload.py tests/test_chaos.py; } \
+		2>&1 | tee bench/results/reliability-tests.txt'
 
 # The shipped locustfile (50 users, 30 s) against 20 fresh servers: bench/results/locust-runs.json.
 locust-runs: venv model
