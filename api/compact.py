@@ -24,10 +24,11 @@ def refuse_unservable(model: ServedModel, kinds: list[str], dimensions: int | No
             raise APIError(400, "invalid_request", f"{asked} (model {model.name!r}): {reason}", dimensions_field if cut else kinds_field)
 
 
-def by_type(rows: np.ndarray, kind: str, ranges: np.ndarray | None) -> list:
-    """The rows as ``kind``, one list (or base64 string) per row."""
+def by_type(rows: np.ndarray, kind: str, ranges: np.ndarray | None) -> np.ndarray | list[str]:
+    """The rows as ``kind``: an array of them (written to JSON as lists, ``api/responses.py``), or a base64
+    string per row."""
     if kind == "float":
-        return rows.tolist()
+        return rows
     if kind == "base64":
         return [base64_floats(row) for row in rows]
-    return compact(rows, kind, ranges).tolist()
+    return compact(rows, kind, ranges)

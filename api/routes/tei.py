@@ -45,7 +45,7 @@ async def tei_embed(request: tei.EmbedRequest, pipeline: Pipeline = ThePipeline)
         dimensions=dimensions,
         truncation_direction=request.truncation_direction,
     )
-    return pipeline.timed([(l2_normalize(vector) if request.normalize else vector).tolist() for vector in vectors], timing)
+    return pipeline.timed([l2_normalize(vector) if request.normalize else vector for vector in vectors], timing)
 
 
 @router.post("/embed_sparse", response_model=tei.EmbedSparseResponse, responses=TEI_ERROR_RESPONSES)
@@ -73,7 +73,7 @@ async def embed_all(request: tei.EmbedAllRequest, pipeline: Pipeline = ThePipeli
         truncate=truncate,
         truncation_direction=request.truncation_direction,
     )
-    return pipeline.timed([rows.tolist() for rows in vectors], timing)
+    return pipeline.timed(vectors, timing)
 
 
 @router.post("/predict", response_model=tei.PredictResponse, responses=TEI_ERROR_RESPONSES)

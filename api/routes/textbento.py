@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 from fastapi import APIRouter
 from starlette.responses import Response
 
@@ -38,6 +37,9 @@ async def multivector(request: MultiVectorRequest, pipeline: Pipeline = ThePipel
     vectors, timing = await pipeline.multivectors(
         model, request.input, request.input_type, "input", prompt=prompt, truncate=request.truncate
     )
-    write = base64_floats if request.encoding_format == "base64" else np.ndarray.tolist
-    data = [{"object": "multivector", "index": i, "shape": rows.shape, "embedding": write(rows)} for i, rows in enumerate(vectors)]
+    base64 = request.encoding_format == "base64"  # else the arrays, written as lists (api/responses.py)
+    data = [
+        {"object": "multivector", "index": i, "shape": rows.shape, "embedding": base64_floats(rows) if base64 else rows}
+        for i, rows in enumerate(vectors)
+    ]
     return pipeline.answer(model, data, timing)
