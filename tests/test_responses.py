@@ -12,6 +12,7 @@ def written(payload) -> str:
 
 def test_a_float32_is_written_with_the_fewest_digits_that_read_back_as_itself():
     assert written({"embedding": np.array([0.1, -2.5e-8, 1.0], dtype=np.float32)}) == '{"embedding":[0.1,-2.5e-8,1.0]}'
+    assert written([{"index": 7, "value": np.float32(0.1)}]) == '[{"index":7,"value":0.1}]'  # a sparse weight
 
 
 def test_vectors_read_back_as_the_same_float32s_whole_or_cut_to_fewer_dimensions():
