@@ -28,7 +28,7 @@ def json_response(payload: Any, headers: dict[str, str] | None = None) -> Respon
 
 
 def as_list(value: Any) -> list:
-    """What orjson writes no numpy array of itself: one not C-contiguous (a view cut to ``dimensions``, say)."""
+    """A numpy array orjson does not write itself (one not C-contiguous: a view cut to ``dimensions``, say), as a list."""
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
