@@ -36,9 +36,12 @@ class Engine:
         self.spec, self.token_budget = spec, token_budget
         self.thread = InferenceThread()
         self.backend = self.thread.call(load_backend, backend, model_dir, spec, threads, trust_remote_code)
-        # A batch, then lone texts (on a CPU they run on sessions of their own: models/backends/onnx_backend.Streams).
-        for texts in (8, 1, 1):
-            self.thread.call(self.forward, [np.ones(16, dtype=np.int32)] * texts)
+        # A batch, then lone texts (on a CPU they run on sessions of their own: models/backends/onnx_backend.Streams);
+        # then the largest pass the budget allows, and the longest lone text, so that the memory their buffers
+        # take is taken now: what a model holds after start-up is what it holds under load (docs/design.md 3).
+        longest = min(spec.max_length, token_budget)
+        for texts, tokens in ((8, 16), (1, 16), (1, 16), (token_budget // longest, longest), (1, longest)):
+            self.thread.call(self.forward, [np.ones(tokens, dtype=np.int32)] * texts)
 
     def forward(self, token_ids: list[np.ndarray], wanted: Wanted | None = None) -> tuple[list[np.ndarray], list[Pass | None]]:
         """Each text's row and the pass that computed it (an empty row and None for a text not ``wanted``)."""
