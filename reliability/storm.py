@@ -11,8 +11,9 @@ Afterwards (``check``):
 - the work each stage holds (``textbento_held``: the coalescers, the forgetters, the inference
   threads, asyncio tasks, the clients' connections) and the requests in progress (BentoML's gauge
   and textbento's) are back to their idle level within ``SETTLE_S``;
-- the RSS of every process is within 5% of where it stood after the warm-up (which includes a storm
-  a tenth the size, so that what grows is what leaks, not arenas reaching their working size);
+- the RSS of every process is at most 5% above where it stood after the warm-up (which includes a storm
+  a tenth the size, so that what grows is what leaks, not arenas reaching their working size); memory
+  handed back to the system is no leak, so a process may end below it;
 - once the idle pooled connections to the Encoders have expired (``POOLS_IDLE_S``), those are back to
   their idle level and no process holds more open file descriptors than after the warm-up;
 - the next 1,000 requests are all answered 200.
@@ -240,7 +241,7 @@ def check(
     if set(before) != set(after_storm):
         failures.append(f"processes changed: {sorted(before)} → {sorted(after_storm)}")
     if rss_tolerance is not None:
-        failures += [f"{name}: RSS {growth:+.1%}" for name, growth in rss.items() if abs(growth) > rss_tolerance]
+        failures += [f"{name}: RSS {growth:+.1%}" for name, growth in rss.items() if growth > rss_tolerance]
     failures += [f"{name}: {start} → {end} open files" for name, (start, end) in fds.items() if end > start]
     if set(statuses) != {"200"}:
         failures.append(f"the {after} requests after it: {dict(statuses)}")
