@@ -293,15 +293,20 @@ def settle(target: Target, start: dict, within_s: float = SETTLE_S) -> tuple[flo
 
 
 class PeakRSS:
-    """The process tree's highest RSS (MiB) while the block runs, sampled every half second."""
+    """The process tree's highest RSS (MiB) while the block runs: sampled as it starts, every 0.1 s, and as it ends
+    (a block shorter than a sampling interval still has a peak)."""
 
     def __init__(self, server: Server) -> None:
         self.server, self.peak, self.stop = server, 0.0, threading.Event()
 
     def sample(self) -> None:
-        while not self.stop.wait(0.5):
+        while True:
             with contextlib.suppress(psutil.Error):
                 self.peak = max(self.peak, self.server.rss_mib())
+            if self.stop.wait(0.1):
+                break
+        with contextlib.suppress(psutil.Error):
+            self.peak = max(self.peak, self.server.rss_mib())
 
     def __enter__(self) -> PeakRSS:
         self.thread = threading.Thread(target=self.sample, daemon=True)

@@ -1,7 +1,7 @@
 """``make hostile``'s parts that need no server: the text fields it finds in an OpenAPI, the requests it
 spells, and what it counts as not back to the start (the battery itself runs minutes: ``make hostile``)."""
 
-from reliability.hostile import PHASES, breaches, raw_request, route_variants, spellings, status_of
+from reliability.hostile import PHASES, PeakRSS, breaches, raw_request, route_variants, spellings, status_of
 
 SCHEMAS = {
     "Pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}], "minItems": 2, "maxItems": 2},
@@ -68,3 +68,17 @@ def test_a_phase_breaches_on_what_grew_past_its_tolerance_not_on_noise():
     grown = {"metrics_bytes": 30_000_000, "in_progress": 3.0, "rss_mib": 7000.0, "open_files": 1300, "processes": [1, 2, 4]}
     assert len(breaches(start, grown)) == 5
     assert list(PHASES)[0] == "unknown_paths" and "no_key_methods" in PHASES
+
+
+def test_a_block_shorter_than_the_sampling_interval_still_has_its_peak():
+    """The /tokenize flood can end within 0.5 s: its peak read 0.0 MiB, a bound that could not fail."""
+
+    class Growing:
+        readings = iter(range(100, 10_000, 100))
+
+        def rss_mib(self) -> float:
+            return next(self.readings)
+
+    with PeakRSS(Growing()) as peak:
+        pass
+    assert peak.peak >= 200  # read as the block starts and again as it ends
