@@ -3,12 +3,12 @@
 glibc's malloc gives a block over its mmap threshold (128 KiB at first) a mapping of its own and unmaps
 it when freed; but each such free raises the threshold to that block's size (up to 32 MiB), so that
 later blocks as large come from the heap, which keeps up to twice the threshold of freed memory before
-it trims. An API worker that has read a large upload or written a large answer (32 SPLADE vectors with
-every id non-zero are about 30 MB of JSON) then holds tens of MiB it no longer uses, more after each
-larger one: under the disconnect storm an API worker's RSS moved by -9% to +8.5% from storm to storm,
-and by at most 1.4% with the threshold fixed (docs/reliability.md). A threshold fixed at ``LARGE``
-stays there: a block that large always gets a mapping of its own and goes back to the system when
-freed, while the request path's buffers (a 32-text embedding answer is about 150 KB) stay under it.
+it trims. An API worker that has read a large upload or written a large answer then holds tens of MiB
+it no longer uses, more after each larger one: without this, an API worker ended the disconnect storm
+(SPLADE answers among the others) 18.4% above its level before it (``make storm``, docs/reliability.md). A
+threshold fixed at ``LARGE`` stays there: a block that large always gets a mapping of its own and goes
+back to the system when freed, while the request path's buffers (a 32-text embedding answer is about
+150 KB) stay under it.
 """
 
 from __future__ import annotations

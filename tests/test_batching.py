@@ -131,7 +131,7 @@ def test_each_text_reports_the_pass_that_computed_it():
 @pytest.mark.parametrize(("max_length", "budget", "largest"), [(256, 2048, (8, 256)), (4096, 2048, (1, 2048))])
 def test_the_warm_up_runs_the_largest_pass_and_the_longest_lone_text(monkeypatch, max_length: int, budget: int, largest):
     """So that the memory a pass's buffers take is taken at start-up, not under the first burst of load
-    (without it, ``make storm``'s SPLADE Encoder grows by a tenth as ever larger passes come)."""
+    (without it, ``make storm``'s SPLADE Encoder grows past its warm-up as ever larger passes come)."""
     shapes = []
 
     class Recording:
