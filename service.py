@@ -27,13 +27,13 @@ from api.middleware import guard, protect
 from api.pipeline import Pipeline
 from api.routes import ROUTERS
 from models.engine import Engine
+from models.memory import return_large_buffers
 from models.spec import ModelSpec
 from serving import compat, socket_hop
 from serving.compat import NEVER_RECYCLE, batcher
 from serving.connections import limit_connections, open_connections
 from serving.drain import Drain
 from serving.gone import Dropped
-from serving.memory import return_large_buffers
 from serving.settings import ENCODER_KEEP_ALIVE_S, settings
 from serving.telemetry import forget_dead_processes, telemetry
 from serving.wire import ids_from_wire, rows_to_wire
@@ -137,7 +137,7 @@ class TextBento:
             header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s, keep_alive_s=settings.keep_alive_s
         )
         forget_dead_processes()  # a SIGKILLed predecessor's requests in flight (then at each sample, below)
-        return_large_buffers()  # a large upload's or answer's memory goes back to the system once sent (serving/memory.py)
+        return_large_buffers()  # a large upload's or answer's memory goes back to the system once sent (models/memory.py)
         models = Catalog([served_model(model, encoder) for model, encoder in encoders_of(self)])
         app.state.pipeline = Pipeline(models)  # the routes' dependency (api/pipeline.py)
         telemetry.sample_held(

@@ -1,4 +1,4 @@
-"""Large buffers go back to the system once freed, in a process that asked for it (``serving/memory.py``)."""
+"""Large buffers go back to the system once freed, in a process that asked for it (``models/memory.py``)."""
 
 import subprocess
 import sys
@@ -8,7 +8,7 @@ import pytest
 # In a fresh process: a large block freed, then one a little smaller; the MiB of RSS the second leaves behind.
 SCENARIO = """
 import sys, psutil
-from serving.memory import return_large_buffers
+from models.memory import return_large_buffers
 if sys.argv[1] == "returned":
     assert return_large_buffers()
 rss = lambda: psutil.Process().memory_info().rss

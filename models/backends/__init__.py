@@ -10,8 +10,6 @@ the device at hand: both measured there, at start-up (``models.selfcheck``).
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import importlib.util
 import logging
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 from ..cpu import describe, has_amx_bf16
 from ..fidelity import Trial
 from ..inference import Backend
+from ..memory import release_freed_memory
 from ..onnx_layout import has_onnx
 from ..selfcheck import probe_ids, self_check
 from ..selfcheck import speeds as texts_per_s
@@ -149,16 +148,6 @@ def chosen(reference: Backend, candidates: list[Backend], spec: ModelSpec, probe
         gain = speeds[passed[0]] / speeds[reference]
         logger.info("%s runs %.2fx fp32's texts/s here (under %.1fx): serving fp32, exact", passed[0].precision, gain, INEXACT_GAIN)
     return served
-
-
-def release_freed_memory() -> None:
-    """Hand the heap's free pages back to the system. glibc keeps what the self-check's graphs freed
-    as the process's own (DistilBERT's fp32 reference: 480 MiB of resident memory for nothing,
-    docs/design.md 19); elsewhere (musl, macOS) this does nothing."""
-    libc = ctypes.util.find_library("c")
-    trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
-    if trim is not None:
-        trim(0)
 
 
 def missed(backend: Backend, then: str) -> None:
