@@ -27,11 +27,19 @@ must not make a text depend on its batch mates). The recipes:
 - ``MatMulNBits 8-bit, int8 compute, block N``: ONNX Runtime's weight-only 8-bit MatMuls (asymmetric, a scale and zero
   point per block of N along each weight column) with ``accuracy_level`` 4, where its kernels quantize each activation
   row per block of N to int8 inside the MatMul: per row, hence invariant, with no quantizing ops in the graph.
+
+And OpenVINO's CPU plugin (``OPENVINO``, where ``openvino`` is installed), each with its own kernels and fusions:
+
+- ``OpenVINO bf16``: the stored fp32 graph in bf16, ``auto``'s candidate where the CPU has AMX (docs/design.md 5c);
+- ``OpenVINO int8 weights, int8 activations per group of 32``: weights stored int8 (asymmetric, per output
+  channel, as ``DequantizeLinear`` before each MatMul, which OpenVINO reads as compressed weights), and its
+  dynamic quantization of each activation row per group of 32 along K, on CPUs with VNNI or AMX.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -113,6 +121,38 @@ def seven_bit(fp32: Path, scratch: Path, roles: tuple[str, ...]) -> Path:
     return save_graph(PerTokenInt8(onnx.load(str(fp32)), weight_levels=levels).rewrite(), scratch / f"7-bit-{len(roles)}.onnx")
 
 
+def int8_weights(fp32: Path, scratch: Path, _: Path) -> Path:
+    """The fp32 graph with each weight MatMul's weights int8 behind a ``DequantizeLinear`` (uint8, a scale and zero
+    point per output column): what OpenVINO's CPU plugin takes for compressed weights."""
+    model = onnx.load(str(fp32))
+    weights = {tensor.name: tensor for tensor in model.graph.initializer if len(tensor.dims) == 2}
+    nodes = []
+    for node in model.graph.node:
+        if node.op_type == "MatMul" and node.input[1] in weights:
+            name = node.input[1]
+            w = onnx.numpy_helper.to_array(weights[name])  # [K, N]
+            low, high = np.minimum(w.min(0), 0), np.maximum(w.max(0), 0)
+            scale = np.maximum(high - low, 1e-12) / 255
+            zero = np.clip(np.round(-low / scale), 0, 255).astype(np.uint8)
+            q = np.clip(np.round(w / scale) + zero, 0, 255).astype(np.uint8)
+            model.graph.initializer.remove(weights[name])
+            stored = [(q, f"{name}_q"), (scale.astype(np.float32), f"{name}_scale"), (zero, f"{name}_zero")]
+            model.graph.initializer.extend(onnx.numpy_helper.from_array(array, label) for array, label in stored)
+            nodes.append(onnx.helper.make_node("DequantizeLinear", [label for _, label in stored], [name], axis=1))
+        nodes.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return save_graph(model, scratch / "int8-weights.onnx")
+
+
+# OpenVINO recipes: (the graph, None for the stored fp32 one; the compile hints).
+OPENVINO: dict[str, tuple[Callable[[Path, Path, Path], Path] | None, dict[str, object]]] = {
+    "OpenVINO bf16": (None, {"INFERENCE_PRECISION_HINT": "bf16"}),
+    "OpenVINO int8 weights, int8 activations per group of 32": (
+        int8_weights,
+        {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 32},
+    ),
+}
 # Built as ``auto`` builds its fallback (``OnnxBackend(fp32_roles=...)``), by the roles left in fp32.
 PARTLY_FP32 = {"per-token, FFN down fp32": ("after_gelu",), "per-token, Q/K/V fp32": ("qkv",)}
 RECIPES: dict[str, Callable[[Path, Path, Path], Path]] = {
@@ -134,13 +174,13 @@ KERNELS_CHOSEN_INSIDE = ("MatMulNBits",)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--recipes", nargs="+", choices=[*PARTLY_FP32, *RECIPES], help="these only (default: all)")
+    parser.add_argument("--recipes", nargs="+", choices=[*PARTLY_FP32, *RECIPES, *OPENVINO], help="these only (default: all)")
     parser.add_argument(
         "--fidelity-only", action="store_true", help="no timings (under an emulator): → bench/results/int8-recipes-fidelity.json"
     )
     parser.add_argument("--output", help="the result file's name (default: int8-recipes.json, or -subset.json with --recipes)")
     args = parser.parse_args()
-    chosen = args.recipes or [*PARTLY_FP32, *RECIPES]
+    chosen = args.recipes or [*PARTLY_FP32, *RECIPES, *(OPENVINO if importlib.util.find_spec("openvino") else ())]
     tag = bench_tag()
     model_dir = Path(bentoml.models.get(tag).path)
     reference_backend, spec, ids = loaded("onnx", tag)
@@ -162,6 +202,13 @@ def main() -> None:
             else:
                 sessions = unsigned_int8_sessions(graph, counts)
             backend.streams = Streams(*sessions)
+        for name in [name for name in chosen if name in OPENVINO]:
+            from models.backends.openvino_backend import OpenVinoBackend
+
+            build, hints = OPENVINO[name]
+            graph = build(onnx_dir(model_dir) / FP32, Path(scratch), model_dir) if build else onnx_dir(model_dir) / FP32
+            backend = graphs[name] = OpenVinoBackend(model_dir, spec, threads)
+            backend.compile(graph, threads, **hints)
         precision = graphs["served"].precision
         rows = {name: {"fidelity_to_fp32": fidelity(backend, spec, ids[:256], reference)} for name, backend in graphs.items()}
         if args.fidelity_only:

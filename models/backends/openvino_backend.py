@@ -35,12 +35,13 @@ class OpenVinoBackend:
         self.dense = load_dense(model_dir, spec.dense)
         self.precision = "bf16" if has_bf16_units() else "fp32"
         self.fidelity = None  # set by ``auto``'s self-check (models.selfcheck)
-        hints = {
-            "INFERENCE_PRECISION_HINT": {"bf16": "bf16", "fp32": "f32"}[self.precision],
-            "INFERENCE_NUM_THREADS": threads,
-            "PERFORMANCE_HINT": "LATENCY",  # one stream: one forward pass at a time, as the inference thread runs them
-        }
-        compiled = openvino.Core().compile_model(str(onnx_dir(model_dir) / FP32), "CPU", hints)
+        self.compile(onnx_dir(model_dir) / FP32, threads, INFERENCE_PRECISION_HINT={"bf16": "bf16", "fp32": "f32"}[self.precision])
+
+    def compile(self, graph: Path, threads: int, **hints: object) -> None:
+        """Compile ``graph`` for the CPU with OpenVINO's ``hints`` (``bench.int8_recipes`` tries others)."""
+        # One stream: one forward pass at a time, as the inference thread runs them.
+        hints = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", **hints}
+        compiled = openvino.Core().compile_model(str(graph), "CPU", hints)
         self.request = compiled.create_infer_request()
         self.output = compiled.outputs[0]
 
