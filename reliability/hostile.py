@@ -57,7 +57,7 @@ import psutil
 import requests
 
 from harness.results import write_result
-from harness.serving import ROOT, Server, serve
+from harness.serving import ROOT, Server, role, serve
 from harness.texts import WORDS, short_texts
 from serving.settings import settings
 
@@ -249,15 +249,17 @@ def snapshot(target: Target) -> dict:
     metrics = requests.get(f"{target.url}/metrics", headers=target.auth, timeout=30).content
     found = INFLIGHT.search(metrics.decode())
     processes = tree(target.server)
-    rss, files = 0, 0
+    each_rss, files = {}, 0
     for process in processes:
         with contextlib.suppress(psutil.NoSuchProcess):  # gone: the process list says so
-            rss, files = rss + process.memory_info().rss, files + process.num_fds()
+            each_rss[f"{role(' '.join(process.cmdline()))} {process.pid}"] = round(process.memory_info().rss / 2**20, 1)
+            files += process.num_fds()
     return {
         "metrics_bytes": len(metrics),
         "metrics_series": sum(1 for line in metrics.splitlines() if line and not line.startswith(b"#")),
         "in_progress": float(found[1]) if found else None,
-        "rss_mib": round(rss / 2**20, 1),
+        "rss_mib": round(sum(each_rss.values()), 1),
+        "rss_mib_by_process": each_rss,  # which one holds more, when the tree's total is over its bound
         "open_files": files,
         "processes": sorted(p.pid for p in processes),
     }
@@ -272,7 +274,8 @@ def breaches(start: dict, now: dict) -> list[str]:
     if (now["in_progress"] or 0) > (start["in_progress"] or 0):
         found.append(f"requests in progress {start['in_progress']} → {now['in_progress']}")
     if now["rss_mib"] > start["rss_mib"] + max(RSS_SLACK[0], RSS_SLACK[1] * start["rss_mib"]):
-        found.append(f"RSS {start['rss_mib']:,} → {now['rss_mib']:,} MiB")
+        grown = {name: round(mib - start["rss_mib_by_process"].get(name, 0.0), 1) for name, mib in now["rss_mib_by_process"].items()}
+        found.append(f"RSS {start['rss_mib']:,} → {now['rss_mib']:,} MiB (MiB more by process: {grown})")
     if now["open_files"] > start["open_files"] + FILES_SLACK:
         found.append(f"open files {start['open_files']} → {now['open_files']}")
     if now["processes"] != start["processes"]:

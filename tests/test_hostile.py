@@ -63,10 +63,20 @@ def test_requests_are_spelled_as_sent_and_answers_read_by_their_status_line():
 
 
 def test_a_phase_breaches_on_what_grew_past_its_tolerance_not_on_noise():
-    start = {"metrics_bytes": 100_000, "in_progress": 0.0, "rss_mib": 1000.0, "open_files": 100, "processes": [1, 2, 3]}
+    each = {"supervisor 1": 100.0, "API worker 2": 300.0, "Encoder 3": 600.0}
+    start = {
+        "metrics_bytes": 100_000,
+        "in_progress": 0.0,
+        "rss_mib": 1000.0,
+        "rss_mib_by_process": each,
+        "open_files": 100,
+        "processes": [1, 2, 3],
+    }
     assert breaches(start, {**start, "metrics_bytes": 110_000, "rss_mib": 1090.0, "open_files": 104}) == []
     grown = {"metrics_bytes": 30_000_000, "in_progress": 3.0, "rss_mib": 7000.0, "open_files": 1300, "processes": [1, 2, 4]}
-    assert len(breaches(start, grown)) == 5
+    found = breaches(start, {**grown, "rss_mib_by_process": {**each, "API worker 2": 6300.0}})
+    assert len(found) == 5
+    assert "'API worker 2': 6000.0" in next(breach for breach in found if breach.startswith("RSS")), found  # which one grew
     assert list(PHASES)[0] == "unknown_paths" and "no_key_methods" in PHASES
 
 
