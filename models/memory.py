@@ -1,7 +1,8 @@
 """The C heap's memory handed back to the system, where glibc would keep it as the process's own.
 
 ``release_freed_memory``, once after the self-check: the free pages its graphs left (DistilBERT's fp32
-reference: 480 MiB of resident memory for nothing, docs/design.md 19).
+reference: 480 MiB of resident memory for nothing, docs/design.md 19); and in an API worker once a request
+with a body of ``LARGE`` or more is answered (``api/middleware.ReadBodyFirst``, docs/reliability.md).
 
 ``return_large_buffers``, in the API workers. glibc's malloc gives a block over its mmap threshold (128 KiB
 at first) a mapping of its own and unmaps it when freed; but each such free raises the threshold to that

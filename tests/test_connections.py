@@ -212,6 +212,27 @@ def test_bodies_past_the_workers_budget_get_503_and_every_byte_is_given_back():
     assert left == 0
 
 
+def test_the_heap_is_handed_back_after_a_large_body_only(monkeypatch):
+    """A large body's chunks and what was parsed from them are freed amid the C heap: its free pages go back once answered."""
+    import api.middleware
+
+    answered, trims = [], []
+    monkeypatch.setattr(api.middleware, "release_freed_memory", lambda: trims.append(len(answered)))
+
+    async def route(scope, receive, send):
+        await read_body(receive)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+        answered.append(scope["path"])
+
+    chunk = b"a" * 65536
+    app = ReadBodyFirst(route, timeout_s=5)
+    asyncio.run(asgi_request(app, "/small", [chunk] * 15))
+    assert trims == []
+    asyncio.run(asgi_request(app, "/large", [chunk] * (api.middleware.LARGE // len(chunk))))
+    assert trims == [2]  # once, after the answer
+
+
 def test_a_body_budget_under_the_largest_body_refuses_to_start():
     with pytest.raises(ValidationError, match="TEXTBENTO_BODY_BUDGET_BYTES .2048. is under TEXTBENTO_MAX_BODY_BYTES .4096."):
         Settings(body_budget_bytes=2048, max_body_bytes=4096)
