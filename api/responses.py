@@ -27,6 +27,19 @@ def json_response(payload: Any, headers: dict[str, str] | None = None) -> Respon
     return Response(orjson.dumps(payload, default=as_list, option=JSON_OPTIONS), media_type="application/json", headers=headers)
 
 
+def sparse_json(vector: np.ndarray) -> orjson.Fragment:
+    """A sparse vector's non-zero weights as text-embeddings-inference answers them, ``[{"index": i, "value": v}, ...]``
+    by ascending index, each value with its float32 digits; written here as JSON from two arrays, so that no object per
+    weight lives in the answer (a SPLADE answer may hold millions of weights: ``max_answer_values``)."""
+    indices = np.flatnonzero(vector)
+    if not len(indices):
+        return orjson.Fragment(b"[]")
+    index_json = orjson.dumps(indices, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
+    value_json = orjson.dumps(vector[indices], option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
+    entries = [b'{"index":%b,"value":%b}' % pair for pair in zip(index_json, value_json, strict=True)]
+    return orjson.Fragment(b"[" + b",".join(entries) + b"]")
+
+
 def as_list(value: Any) -> list:
     """A numpy array orjson does not write itself (one not C-contiguous: a view cut to ``dimensions``, say), as a list."""
     if isinstance(value, np.ndarray):

@@ -7,18 +7,26 @@ For 1 and 32 embeddings of 384 float32s (all-MiniLM-L6-v2's), the best of 5 runs
 - ``pydantic_core.to_json`` of the rows as Python floats (``tolist``), float64's 17 digits a number;
 - ``api.responses.json_response`` (served): orjson writes the float32 arrays with the fewest digits that read back
   as the same float32s.
+
+    python -m bench.responses --sparse    # → bench/results/responses-sparse.json
+
+For 32 SPLADE vectors of BERT's 30,522 ids, 1% non-zero (a trained SPLADE's share) and 96% (the random-weight test
+model's), TEI's ``[{"index", "value"}, ...]`` per text: as a dict per weight with its numpy scalar, or as
+``api.responses.sparse_json`` writes it (served); the same bytes, the time (best of 5) and the Python memory at peak
+(``tracemalloc``) of writing one answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
 import pydantic_core
 
-from api.responses import json_response
+from api.responses import json_response, sparse_json
 from api.types import EmbeddingsResponse
 from harness.results import write_result
 
@@ -47,10 +55,45 @@ def best_us(write: Callable[[np.ndarray], bytes], rows: np.ndarray, reps: int) -
     return round(best * 1e6, 1)
 
 
+VOCABULARY = 30_522
+SPARSE_WAYS: dict[str, Callable[[np.ndarray], bytes]] = {
+    "a dict per weight": lambda rows: (
+        json_response([[{"index": i, "value": row[i]} for i in np.flatnonzero(row).tolist()] for row in rows]).body
+    ),
+    "sparse_json (served)": lambda rows: json_response([sparse_json(row) for row in rows]).body,
+}
+
+
+def peak_mib(write: Callable[[np.ndarray], bytes], rows: np.ndarray) -> float:
+    tracemalloc.start()
+    write(rows)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return round(peak / 2**20, 1)
+
+
+def sparse() -> None:
+    rng = np.random.default_rng(0)
+    results = {}
+    for share in (0.01, 0.96):
+        rows = (rng.random((32, VOCABULARY), dtype=np.float32) * 3) * (rng.random((32, VOCABULARY)) < share)
+        written = {way: write(rows) for way, write in SPARSE_WAYS.items()}
+        assert len(set(written.values())) == 1, "the ways wrote different JSON"
+        results[f"32 texts, {share:.0%} non-zero"] = {
+            way: {"us": best_us(write, rows, 3), "peak_python_mib": peak_mib(write, rows), "bytes": len(written[way])}
+            for way, write in SPARSE_WAYS.items()
+        }
+    print(results)
+    write_result("responses-sparse.json", {"vocabulary": VOCABULARY, "answers": results})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=2000)
+    parser.add_argument("--sparse", action="store_true", help="SPLADE answers instead: → bench/results/responses-sparse.json")
     args = parser.parse_args()
+    if args.sparse:
+        return sparse()
     rng = np.random.default_rng(0)
     rows = {}
     for count in (1, 32):

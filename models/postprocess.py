@@ -86,13 +86,6 @@ def packed_bits(vectors: np.ndarray, signed: bool) -> np.ndarray:
     return (packed.astype(np.int16) - 128).astype(np.int8) if signed else packed
 
 
-def sparse_entries(vector: np.ndarray) -> list[dict[str, int | np.floating]]:
-    """A sparse vector's non-zero weights as text-embeddings-inference answers them: ``{index, value}`` by ascending
-    index, each value the vector's own numpy scalar (written with its float32 digits, ``api/responses.py``)."""
-    indices = np.flatnonzero(vector)
-    return [{"index": index, "value": value} for index, value in zip(indices.tolist(), vector[indices])]
-
-
 def load_dense(model_dir: str | Path, activations: tuple[DenseActivation, ...]) -> list[DenseLayer]:
     """The stored model's Dense layers, in order (none without ``dense.npz``)."""
     if not activations:

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from models.postprocess import l2_normalize, ranked_labels, scores, sparse_entries
+from models.postprocess import l2_normalize, ranked_labels, scores
 from models.tasks import task_of
 from serving.settings import settings
 
@@ -26,7 +26,7 @@ from ..flow import unhealthy
 from ..limits import check_answer_size
 from ..options import prompt_for
 from ..pipeline import Pipeline, ThePipeline
-from ..responses import json_response
+from ..responses import json_response, sparse_json
 
 router = APIRouter()
 
@@ -56,7 +56,7 @@ async def embed_sparse(request: tei.EmbedSparseRequest, pipeline: Pipeline = The
     _, vectors, timing = await pipeline.run(model, texts, request.truncate is not False, "inputs", request.truncation_direction)
     weights = sum(int(np.count_nonzero(vector)) for vector in vectors)  # known only once computed: a weight per vocabulary id at most
     check_answer_size(weights, f"{weights} non-zero weights", "inputs", settings.max_answer_values)
-    return pipeline.timed([sparse_entries(vector) for vector in vectors], timing)
+    return pipeline.timed([sparse_json(vector) for vector in vectors], timing)
 
 
 @router.post("/embed_all", response_model=tei.EmbedAllResponse, responses=TEI_ERROR_RESPONSES)
