@@ -34,11 +34,12 @@ import bentoml
 
 from harness.load import closed_loop
 from harness.results import write_result
-from harness.serving import ROOT, cpu_ms_per, cpu_seconds, serve
+from harness.serving import ROOT, cpu_ms_per, cpu_seconds, machine_shares, machine_times, serve
 from harness.texts import mixed_texts, short_texts
 
 POINTS = [(1, 1), (1, 64), (32, 8)]  # (texts per request, concurrency), of 5-30 words
 MIXED = (32, 8)  # of 3-60 words, with --mixed
+MACHINE_SHARES = ("machine_idle_share", "machine_steal_share")  # of all cores' time, while a point is measured
 
 
 @contextmanager
@@ -84,18 +85,20 @@ def load(
     texts: list[str] | None = None,
 ) -> dict:
     """One point's closed-loop figures against ``url``, after a short warm-up (``model`` named in each
-    body where given), of ``texts`` (short ones by default); with ``pid``, the CPU per request of that
+    body where given), of ``texts`` (short ones by default), and the shares of the machine's cores that
+    stood idle and that the hypervisor took meanwhile; with ``pid``, the CPU per request of that
     server's processes meanwhile, in all and by part."""
     texts = texts or short_texts(2048)
     named = {"model": model} if model else {}
     body = lambda i: {**named, "input": [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]}
     asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
-    before = cpu_seconds(pid) if pid else {}
+    before, machine = cpu_seconds(pid) if pid else {}, machine_times()
     result = asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request))
+    shares = machine_shares(machine, machine_times())
     if not pid:
-        return result.summary()
+        return {**result.summary(), **shares}
     by_part = cpu_ms_per(before, cpu_seconds(pid), result.statuses[200])
-    return {**result.summary(), "cpu_ms_per_request": round(sum(by_part.values()), 2), "cpu_ms_per_request_by_part": by_part}
+    return {**result.summary(), "cpu_ms_per_request": round(sum(by_part.values()), 2), "cpu_ms_per_request_by_part": by_part, **shares}
 
 
 def median_rows(rounds: list[dict[str, dict]], points: Iterable[str], keys: Iterable[str]) -> dict[str, dict]:
@@ -166,6 +169,9 @@ def main() -> None:
         "p50_ms_by_round": {name: [{k: row["p50_ms"] for k, row in one.items()} for one in rounds[name]] for name in trees},
         "cpu_ms_per_request_by_round": {
             name: [{k: row["cpu_ms_per_request_by_part"] for k, row in one.items()} for one in rounds[name]] for name in trees
+        },
+        "machine_shares_by_round": {
+            name: [{k: {share: row[share] for share in MACHINE_SHARES} for k, row in one.items()} for one in rounds[name]] for name in trees
         },
     }
     write_result(result_name, report, indent=2)

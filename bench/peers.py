@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.compare import load, median_rows
+from bench.compare import MACHINE_SHARES, load, median_rows
 from harness.results import write_result
 from harness.serving import ROOT, cpu_ms_per, cpu_seconds, free_port, serve, stop_group
 
@@ -197,7 +197,7 @@ def main(rounds: int, output: str = "peers.json") -> None:
         for name, figures in rows.items():
             runs[name].append(figures)
         print(f"round {round_ + 1}/{rounds}: {json.dumps(rows)}", flush=True)
-    keys = ("requests_per_s", "texts_per_s", "p50_ms", "p99_ms", "errors", "cpu_ms_per_request")
+    keys = ("requests_per_s", "texts_per_s", "p50_ms", "p99_ms", "errors", "cpu_ms_per_request", *MACHINE_SHARES)
     medians = {name: median_rows(runs[name], [point for point, *_ in POINTS], keys) for name in ("textbento", "infinity")}
     ours, peer = medians["textbento"], medians["infinity"]
     alone = {key: statistics.median(row[key] for row in runs["model alone"]) for key in ("alone_pass_ms", "sorted_32_texts_per_s")}

@@ -210,6 +210,25 @@ def cpu_seconds(pid: int) -> dict[str, float]:
     return used
 
 
+def machine_times() -> dict[str, float]:
+    """The whole machine's CPU seconds so far, all cores: idle (iowait included), stolen by the hypervisor
+    (a VM's cores given to others), and the wall clock times the core count, the span they share."""
+    import psutil
+
+    times = psutil.cpu_times()
+    return {
+        "idle": times.idle + getattr(times, "iowait", 0.0),
+        "steal": getattr(times, "steal", 0.0),
+        "cores": time.monotonic() * (psutil.cpu_count() or 1),
+    }
+
+
+def machine_shares(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The shares of all cores' time between two ``machine_times`` that stood idle and that the hypervisor took."""
+    span = max(after["cores"] - before["cores"], 1e-9)
+    return {f"machine_{kind}_share": round((after[kind] - before[kind]) / span, 4) for kind in ("idle", "steal")}
+
+
 def cpu_ms_per(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
     """Milliseconds of CPU per request (or per ``count`` of anything) of each part, between two ``cpu_seconds``."""
     return {part: round((after[part] - before.get(part, 0.0)) * 1000 / max(count, 1), 3) for part in after}

@@ -1,6 +1,7 @@
 """The test harness itself: what every server-starting test relies on."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import time
 from pathlib import Path
 
 from harness.results import source, write_result
-from harness.serving import cpu_seconds, free_port
+from harness.serving import cpu_seconds, free_port, machine_shares, machine_times
 
 
 def test_a_chosen_port_lies_outside_the_range_bentoml_binds_port_0_from():
@@ -62,3 +63,20 @@ def test_an_encoders_cpu_is_split_into_its_event_loop_and_its_model_threads():
     finally:
         process.kill()
         process.wait()
+
+
+def test_the_machines_idle_and_stolen_shares_are_of_all_cores_time():
+    """Beside the server's CPU per request, bench.compare and bench.peers record how much of the machine stood
+    idle and how much the hypervisor took: one core busy for a while leaves at most the other cores idle."""
+    assert machine_shares({"idle": 10, "steal": 1, "cores": 100}, {"idle": 40, "steal": 3, "cores": 200}) == {
+        "machine_idle_share": 0.3,
+        "machine_steal_share": 0.02,
+    }
+    before = machine_times()
+    ends = time.process_time() + 0.5
+    while time.process_time() < ends:
+        pass
+    shares = machine_shares(before, machine_times())
+    cores = os.cpu_count()
+    assert 0 <= shares["machine_idle_share"] <= (cores - 0.5) / cores + 0.05, shares
+    assert 0 <= shares["machine_steal_share"] < 0.5, shares
