@@ -34,12 +34,11 @@ import bentoml
 
 from harness.load import closed_loop
 from harness.results import write_result
-from harness.serving import ROOT, cpu_ms_per, cpu_seconds, machine_shares, machine_times, serve
+from harness.serving import MACHINE_SHARES, ROOT, cpu_ms_per, cpu_seconds, machine_shares, machine_times, serve
 from harness.texts import mixed_texts, short_texts
 
 POINTS = [(1, 1), (1, 64), (32, 8)]  # (texts per request, concurrency), of 5-30 words
 MIXED = (32, 8)  # of 3-60 words, with --mixed
-MACHINE_SHARES = ("machine_idle_share", "machine_steal_share")  # of all cores' time, while a point is measured
 
 
 @contextmanager
@@ -92,7 +91,8 @@ def load(
     named = {"model": model} if model else {}
     body = lambda i: {**named, "input": [texts[(i * per_request + j) % len(texts)] for j in range(per_request)]}
     asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=4 * concurrency, deadline_s=5))  # warm-up
-    before, machine = cpu_seconds(pid) if pid else {}, machine_times()
+    before = cpu_seconds(pid) if pid else {}
+    machine = machine_times()
     result = asyncio.run(closed_loop(url, body, concurrency=concurrency, requests=10**6, deadline_s=seconds, texts_per_request=per_request))
     shares = machine_shares(machine, machine_times())
     if not pid:

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.compare import MACHINE_SHARES, load, median_rows
+from bench.compare import load, median_rows
 from harness.results import write_result
-from harness.serving import ROOT, cpu_ms_per, cpu_seconds, free_port, serve, stop_group
+from harness.serving import MACHINE_SHARES, ROOT, cpu_ms_per, cpu_seconds, free_port, serve, stop_group
 
 PEER = "infinity-emb 0.0.78 (optimum engine, ONNX Runtime int8 per-channel)"
 BUILD = ROOT / "build" / "peers"

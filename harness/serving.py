@@ -223,10 +223,13 @@ def machine_times() -> dict[str, float]:
     }
 
 
+MACHINE_SHARES = {"machine_idle_share": "idle", "machine_steal_share": "steal"}  # a figure's name: its ``machine_times`` part
+
+
 def machine_shares(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """The shares of all cores' time between two ``machine_times`` that stood idle and that the hypervisor took."""
     span = max(after["cores"] - before["cores"], 1e-9)
-    return {f"machine_{kind}_share": round((after[kind] - before[kind]) / span, 4) for kind in ("idle", "steal")}
+    return {name: round((after[part] - before[part]) / span, 4) for name, part in MACHINE_SHARES.items()}
 
 
 def cpu_ms_per(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
