@@ -5,7 +5,8 @@
 The peer serves all-MiniLM-L6-v2 as its CPU users do (``../shared/peers/PEERS.md``): optimum's ONNX
 export, ONNX Runtime's stock dynamic int8 (per-channel weights), infinity's optimum engine; in its
 own virtualenv under ``build/peers/`` (ignored), from the package index. textbento serves the same
-weights with ``make serve``'s defaults. Each round starts both servers and measures each point on
+weights with ``make serve``'s defaults, or the ``TEXTBENTO_*`` settings in the environment (the yardstick
+below follows ``TEXTBENTO_BACKEND``). Each round starts both servers and measures each point on
 one and then the other, seconds apart; a point's figure is the median of the rounds, and each
 round's pair gives a paired ratio (``paired_ratios``). Each round also measures the served compute
 alone, in process, while both servers idle (``model_alone``): the served figures as shares of it
@@ -164,6 +165,7 @@ def main(rounds: int, output: str = "peers.json") -> None:
     from bench.ceiling import bench_tag, loaded, own_speed
     from models.spec import ModelSpec
     from models.store import default_model_dir
+    from serving.settings import settings
     from tests.reference import sentence_embeddings
     from tests.test_onnx import TEXTS
 
@@ -171,7 +173,7 @@ def main(rounds: int, output: str = "peers.json") -> None:
     peer_dir = peer_model(python, default_model_dir())
     tag = bench_tag()
     reference = sentence_embeddings(default_model_dir(), TEXTS, max_length=ModelSpec.of(bentoml.models.get(tag)).max_length)
-    model = loaded("auto", tag)  # the yardstick: the served compute in process, measured in each round
+    model = loaded(settings.backend, tag)  # the yardstick: the served compute in process, measured in each round
     runs: dict[str, list] = {"textbento": [], "infinity": [], "model alone": []}
     for round_ in range(rounds):
         # Both servers up, each point measured on one and then the other (which goes first alternates

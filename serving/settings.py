@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     backend: Literal["auto", "torch", "onnx", "onnx-int8", "openvino"] = Field(
         "auto",
         description="inference backend of the Encoder; auto: onnx fp16 on CUDA; on CPU the fastest here of onnx-int8 (Q/K/V in fp32"
-        " where the whole graph misses), fp32 and openvino (bf16 with AMX, where installed) that passes the start-up self-check,"
+        " where the whole graph misses, and then openvino: bf16 with AMX, where installed), fp32 that passes the start-up self-check,"
         " int8 only where it runs 1.1x fp32; torch without ONNX graphs",
     )
     # "cpu_count" is resolved by BentoML where the service runs, not where the bento was built.

@@ -10,8 +10,12 @@ from __future__ import annotations
 import ast
 import asyncio
 import gc
+import importlib.util
 import inspect
+import os
 import re
+import subprocess
+import sys
 import time
 import types
 import typing
@@ -35,7 +39,15 @@ from fastapi.testclient import TestClient
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
 from serving import compat
-from serving.compat import bentoml_arbiter, bentoml_batcher, bentoml_internals, bentoml_metrics, bentoml_requests, uvicorn_connections
+from serving.compat import (
+    bentoml_arbiter,
+    bentoml_batcher,
+    bentoml_internals,
+    bentoml_metrics,
+    bentoml_requests,
+    openvino_telemetry,
+    uvicorn_connections,
+)
 from serving.compat.bentoml_requests import cache_media_types
 from serving.connections import limit_connections
 from serving.settings import ENCODER_KEEP_ALIVE_S
@@ -52,7 +64,8 @@ def can_go(patch: str) -> str:
 
 def test_apply_refuses_a_version_its_patches_were_not_written_for(monkeypatch):
     """A message that names the library, the installed and the expected version, and patches nothing."""
-    monkeypatch.setattr(compat, "installed_version", lambda library: "1.4.41" if library == "bentoml" else compat.WRITTEN_FOR[library])
+    written_for = {**compat.WRITTEN_FOR, **compat.WRITTEN_FOR_WHERE_INSTALLED}
+    monkeypatch.setattr(compat, "installed_version", lambda library: "1.4.41" if library == "bentoml" else written_for[library])
     monkeypatch.setattr(bentoml_batcher, "apply", lambda: pytest.fail("patched before the version check"))
     with pytest.raises(compat.IncompatibleVersion, match=re.escape("bentoml 1.4.41 is installed, serving/compat patches bentoml 1.4.40")):
         compat.apply()
@@ -64,8 +77,17 @@ def test_apply_names_every_mismatched_library(monkeypatch):
         compat.check_versions()
     assert all(
         f"{library} 0.0.1 is installed, serving/compat patches {library} {v}" in str(refused.value)
-        for library, v in compat.WRITTEN_FOR.items()
+        for library, v in {**compat.WRITTEN_FOR, **compat.WRITTEN_FOR_WHERE_INSTALLED}.items()
     )
+
+
+def test_an_optional_library_not_installed_is_not_refused(monkeypatch):
+    """OpenVINO is not in the CPU image: without it, nothing of it is checked or patched."""
+    monkeypatch.setattr(compat, "installed_version", lambda library: compat.WRITTEN_FOR.get(library))
+    compat.check_versions()
+    monkeypatch.setattr(compat, "installed_version", lambda library: None)
+    with pytest.raises(compat.IncompatibleVersion, match="bentoml None is installed"):
+        compat.check_versions()
 
 
 def test_apply_accepts_the_installed_versions_and_applies_twice_alike():
@@ -82,10 +104,11 @@ def pinned(path: Path) -> dict[str, str]:
 def test_the_versions_written_for_are_the_pinned_ones():
     """A pin moved without the patches checked against it would refuse to start: this says so first."""
     pins = {**pinned(ROOT / "constraints.txt"), **pinned(ROOT / "requirements/serve-cpu.txt")}
-    assert {library: pins[library] for library in compat.WRITTEN_FOR} == compat.WRITTEN_FOR
+    written_for = {**compat.WRITTEN_FOR, **compat.WRITTEN_FOR_WHERE_INSTALLED}
+    assert {library: pins[library] for library in written_for} == written_for
 
 
-INTERNALS = ("bentoml._internal", "_bentoml_impl", "_bentoml_sdk", "uvicorn")
+INTERNALS = ("bentoml._internal", "_bentoml_impl", "_bentoml_sdk", "uvicorn", "openvino_telemetry")
 
 
 def test_no_module_outside_compat_imports_a_librarys_internals():
@@ -736,3 +759,33 @@ def test_gpus_are_read_from_bentomls_own_inventory():
 
     assert gpus.system_resources is bentoml_internals.system_resources
     assert "nvidia.com/gpu" in gpus.system_resources()
+
+
+# openvino_telemetry: OpenVINO's usage telemetry declined.
+
+needs_openvino = pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="OpenVINO is not installed")
+
+
+@needs_openvino
+def test_openvino_telemetry_assumes_consent_where_nothing_declines(monkeypatch, tmp_path):
+    """Its consent check, unpatched, in a home without a consent file and outside CI: no file, which
+    ``Telemetry.init`` reads as consent when its opt-in dialog is off, as OpenVINO's import calls it."""
+    from openvino_telemetry.utils.opt_in_checker import ConsentCheckResult, OptInChecker
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("CI", "TF_BUILD", "JENKINS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    check = openvino_telemetry.stock.get("check", OptInChecker.check)  # the stock one, applied or not
+    assert check(OptInChecker(), False, True) == ConsentCheckResult.NO_FILE, can_go("openvino_telemetry")
+
+
+@needs_openvino
+def test_openvino_imported_after_apply_writes_and_sends_nothing(tmp_path):
+    """``import openvino`` in a fresh process, after ``compat.apply()``: no consent, nothing under the home."""
+    script = (
+        "from serving import compat; compat.apply(); import openvino; from openvino_telemetry import Telemetry; print(Telemetry().consent)"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**env, "HOME": str(tmp_path)}, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.split()[-1] == "False", done.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))

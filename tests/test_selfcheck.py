@@ -9,6 +9,7 @@ Sparse weights are also held to the flip gate, which sees what the cosines do no
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import shutil
 import subprocess
@@ -92,6 +93,21 @@ def test_a_damaged_int8_graph_is_caught_and_never_served(embed_tag: str, tmp_pat
     assert "Q/K/V fp32" in lines[-1] and "serving fp32" in lines[-1]
     # Asked for by name, the damaged graph is served as it is: the check belongs to ``auto``.
     assert load_backend("onnx-int8", directory, spec, 2).fidelity is None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="OpenVINO is not installed")
+def test_openvino_is_weighed_only_where_the_int8_graph_misses(embed_tag: str, tmp_path: Path, monkeypatch):
+    """On a CPU with AMX (said so here, on any CPU): beside an int8 graph that passes, OpenVINO is not loaded,
+    sparing its start-up and the memory it keeps; where the int8 graphs miss, its bf16 is weighed beside them."""
+    monkeypatch.setattr(models.backends, "has_amx_bf16", lambda: True)
+    stored = bentoml.models.get(embed_tag)
+    _, candidates, _ = self_checked(stored.path, ModelSpec.of(stored), 2)
+    assert [candidate.name for candidate in candidates] == ["onnx-int8"]
+    directory, spec = model_copy(embed_tag, tmp_path / "damaged")
+    damage(onnx_dir(directory) / INT8)
+    _, candidates, _ = self_checked(directory, spec, 2)
+    assert [candidate.name for candidate in candidates] == ["onnx-int8", "onnx-int8", "openvino"]
+    assert candidates[-1].fidelity.passed, candidates[-1].fidelity
 
 
 class Timed:

@@ -3,7 +3,7 @@
 ``torch`` runs the transformers model; ``onnx`` and ``onnx-int8`` run the graphs that
 ``models.export`` wrote into the stored model (fp32, or fp16 on CUDA, and per-token dynamic
 int8 on CPU) in ONNX Runtime, ``openvino`` the fp32 graph in OpenVINO (bf16 where the CPU has
-bf16 units; a candidate of ``auto`` where it has AMX). Every backend runs a padded batch as one forward pass.
+bf16 units; a candidate of ``auto`` where it has AMX and the int8 graph misses). Every backend runs a padded batch as one forward pass.
 ``auto`` serves the fastest of them that passes the accuracy gates of ``tests/test_onnx.py`` on
 the device at hand: both measured there, at start-up (``models.selfcheck``).
 """
@@ -90,9 +90,10 @@ def self_checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> tuple[
     graph, its kernels picked from the CPU's flags (``models.cpu``; where they say u8×s8 is exact but
     the check disagrees, as flags and ``cpuid`` can under qemu or some hypervisors, the u8×u8
     kernels, exact on every x86 class, are checked next; where it still misses, the same with the Q/K/V
-    projections left in fp32, built from the fp32 graph), and OpenVINO's bf16 where it is installed
-    and the CPU has AMX (docs/design.md 5c: without it bf16 did not hold a lead over int8 of the
-    margin, so the start-up it costs is spared). Each that misses the gates is named in one warning.
+    projections left in fp32, built from the fp32 graph, and OpenVINO's bf16 where it is installed and
+    the CPU has AMX). OpenVINO is weighed only there: beside an int8 graph that passes, bf16 held no
+    lead of the margin on any CPU measured, AMX included (docs/design.md 5c), and loading it costs
+    start-up and memory the process keeps. Each that misses the gates is named in one warning.
     """
     from .onnx_backend import SIGNED, OnnxBackend  # here: onnxruntime is loaded only where a graph is served
 
@@ -110,11 +111,11 @@ def self_checked(model_dir: str | Path, spec: ModelSpec, threads: int) -> tuple[
             partly = OnnxBackend(model_dir, spec, threads, cpu_graph="int8", fp32_roles=("qkv",))  # the flags' kernels
             partly.fidelity = self_check(partly, reference, spec, probe)
             candidates.append(partly)
-        if has_amx_bf16() and importlib.util.find_spec("openvino") is not None:
-            from .openvino_backend import OpenVinoBackend
+            if has_amx_bf16() and importlib.util.find_spec("openvino") is not None:
+                from .openvino_backend import OpenVinoBackend
 
-            candidates.append(OpenVinoBackend(model_dir, spec, threads))
-            candidates[-1].fidelity = self_check(candidates[-1], reference, spec, probe)
+                candidates.append(OpenVinoBackend(model_dir, spec, threads))
+                candidates[-1].fidelity = self_check(candidates[-1], reference, spec, probe)
     fallback = "not a candidate" if any(candidate.fidelity.passed for candidate in candidates) else "serving fp32 ONNX instead"
     for candidate in candidates:
         if not candidate.fidelity.passed:

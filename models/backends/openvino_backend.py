@@ -3,8 +3,9 @@ multiplies bf16 in hardware (AMX, AVX-512 BF16; ``models.cpu``), in fp32 elsewhe
 
 No new file in the store: OpenVINO reads the graph ``models.export`` wrote, as it is, so every model
 stored with ONNX graphs can be served this way. ``auto`` weighs it against the ONNX Runtime graphs
-on the machine at hand where the CPU has AMX (docs/design.md, 5c). OpenVINO is not in the CPU
-image's requirements: only installed, ``pip install openvino``, does it become a candidate.
+on the machine at hand where the CPU has AMX and the per-token int8 graph misses the gates (docs/design.md,
+5c). OpenVINO is not in the CPU image's requirements: only installed, ``pip install openvino``, does it
+become a candidate. A server declines its usage telemetry before importing it (``serving/compat/openvino_telemetry.py``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ upgrade fixes that behaviour upstream, the test fails and says which patch can g
 - ``bentoml_metrics``      BentoML's HTTP metrics labelled by route template, not raw path
 - ``uvicorn_connections``  headers and body deadlines and a keep-alive per service, on uvicorn's httptools protocol
 - ``bentoml_internals``    what is read of BentoML's internals unchanged (GPUs, tracer provider), and ``NEVER_RECYCLE``
+- ``openvino_telemetry``   OpenVINO's usage telemetry declined, where OpenVINO is installed
 
 No module outside this package imports a library's internals (tests/test_compat.py holds that too).
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from . import bentoml_arbiter, bentoml_batcher, bentoml_metrics, bentoml_requests, uvicorn_connections
+from . import bentoml_arbiter, bentoml_batcher, bentoml_metrics, bentoml_requests, openvino_telemetry, uvicorn_connections
 from .bentoml_batcher import batcher
 from .bentoml_internals import NEVER_RECYCLE
 
@@ -32,22 +33,29 @@ WRITTEN_FOR = {
     "fastapi": "0.165.0",  # bentoml_metrics: the routes of an included router
     "starlette": "1.10.0",  # bentoml_metrics (route matching), bentoml_requests (the timeout's 504)
 }
+# Optional libraries, checked where installed (OpenVINO is not in the CPU image; requirements-dev.txt installs it).
+WRITTEN_FOR_WHERE_INSTALLED = {
+    "openvino-telemetry": "2025.2.0",  # openvino_telemetry: its consent check
+}
 
 
 class IncompatibleVersion(RuntimeError):
     """A patched library is installed at another version than its patches were written for."""
 
 
-def installed_version(library: str) -> str:
-    return metadata.version(library)
+def installed_version(library: str) -> str | None:
+    try:
+        return metadata.version(library)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def check_versions() -> None:
     """Refuses (``IncompatibleVersion``) when any patched library's installed version is not the one its patches were written for."""
     mismatched = [
         f"{library} {installed} is installed, serving/compat patches {library} {expected}"
-        for library, expected in WRITTEN_FOR.items()
-        if (installed := installed_version(library)) != expected
+        for library, expected in {**WRITTEN_FOR, **WRITTEN_FOR_WHERE_INSTALLED}.items()
+        if (installed := installed_version(library)) != expected and (installed is not None or library in WRITTEN_FOR)
     ]
     if mismatched:
         raise IncompatibleVersion(
@@ -64,3 +72,4 @@ def apply() -> None:
     bentoml_requests.apply()
     bentoml_metrics.apply()
     uvicorn_connections.apply()
+    openvino_telemetry.apply()
