@@ -779,12 +779,18 @@ def test_openvino_telemetry_assumes_consent_where_nothing_declines(monkeypatch, 
     assert check(OptInChecker(), False, True) == ConsentCheckResult.NO_FILE, can_go("openvino_telemetry")
 
 
+IMPORTED_BY = {
+    "the server": "from serving import compat; compat.apply(); import openvino",
+    "the backend": "import models.backends.openvino_backend",
+}
+
+
 @needs_openvino
-def test_openvino_imported_after_apply_writes_and_sends_nothing(tmp_path):
-    """``import openvino`` in a fresh process, after ``compat.apply()``: no consent, nothing under the home."""
-    script = (
-        "from serving import compat; compat.apply(); import openvino; from openvino_telemetry import Telemetry; print(Telemetry().consent)"
-    )
+@pytest.mark.parametrize("first", IMPORTED_BY.values(), ids=IMPORTED_BY.keys())
+def test_openvino_imported_after_apply_writes_and_sends_nothing(tmp_path, first: str):
+    """OpenVINO imported in a fresh process by the server (after ``compat.apply()``) or by textbento's backend
+    (a benchmark, a test, a bulk job): no consent, nothing under the home."""
+    script = f"{first}; from openvino_telemetry import Telemetry; print(Telemetry().consent)"
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**env, "HOME": str(tmp_path)}, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.split()[-1] == "False", done.stderr[-2000:]
