@@ -30,7 +30,7 @@ must not make a text depend on its batch mates). The recipes:
 
 And OpenVINO's CPU plugin (``OPENVINO``, where ``openvino`` is installed), each with its own kernels and fusions:
 
-- ``OpenVINO bf16``: the stored fp32 graph in bf16, ``auto``'s candidate where the CPU has AMX (docs/design.md 5c);
+- ``OpenVINO bf16``: the stored fp32 graph in bf16, ``auto``'s candidate where the CPU has AMX and int8 misses (docs/design.md 5c);
 - ``OpenVINO int8 weights, int8 activations per group of 32``: weights stored int8 (asymmetric, per output
   channel, as ``DequantizeLinear`` before each MatMul, which OpenVINO reads as compressed weights), and its
   dynamic quantization of each activation row per group of 32 along K, on CPUs with VNNI or AMX.

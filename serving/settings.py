@@ -31,8 +31,8 @@ class Settings(BaseSettings):
     )
     backend: Literal["auto", "torch", "onnx", "onnx-int8", "openvino"] = Field(
         "auto",
-        description="inference backend of the Encoder; auto: onnx fp16 on CUDA; on CPU the fastest here of onnx-int8 (Q/K/V in fp32"
-        " where the whole graph misses, and then openvino: bf16 with AMX, where installed), fp32 that passes the start-up self-check,"
+        description="inference backend of the Encoder; auto: onnx fp16 on CUDA; on CPU the fastest here of fp32 and onnx-int8 that"
+        " passes the start-up self-check (where int8 misses: int8 with Q/K/V in fp32, and openvino's bf16 with AMX, where installed),"
         " int8 only where it runs 1.1x fp32; torch without ONNX graphs",
     )
     # "cpu_count" is resolved by BentoML where the service runs, not where the bento was built.
