@@ -203,6 +203,9 @@ def main() -> None:
                 sessions = unsigned_int8_sessions(graph, counts)
             backend.streams = Streams(*sessions)
         for name in [name for name in chosen if name in OPENVINO]:
+            from serving.compat import openvino_telemetry
+
+            openvino_telemetry.apply()  # before OpenVINO's import, as the server does
             from models.backends.openvino_backend import OpenVinoBackend
 
             build, hints = OPENVINO[name]

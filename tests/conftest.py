@@ -31,6 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 from harness.serving import serve, wait_for_stops  # noqa: E402
 from harness.testmodels import build_bert_classifier, build_classifier  # noqa: E402
+from serving.compat import openvino_telemetry  # noqa: E402
+
+openvino_telemetry.apply()  # the tests that load OpenVINO in process send nothing either, as the server does
 
 # Fixtures that start a real ``bentoml serve`` (each logs to ``logs``) or import a model into the store.
 SLOW_FIXTURES = {

@@ -781,15 +781,15 @@ def test_openvino_telemetry_assumes_consent_where_nothing_declines(monkeypatch, 
 
 IMPORTED_BY = {
     "the server": "from serving import compat; compat.apply(); import openvino",
-    "the backend": "import models.backends.openvino_backend",
+    "the tests": "import tests.conftest, openvino",
 }
 
 
 @needs_openvino
 @pytest.mark.parametrize("first", IMPORTED_BY.values(), ids=IMPORTED_BY.keys())
 def test_openvino_imported_after_apply_writes_and_sends_nothing(tmp_path, first: str):
-    """OpenVINO imported in a fresh process by the server (after ``compat.apply()``) or by textbento's backend
-    (a benchmark, a test, a bulk job): no consent, nothing under the home."""
+    """OpenVINO imported in a fresh process by the server (after ``compat.apply()``) or by the tests (after their
+    conftest): no consent, nothing under the home."""
     script = f"{first}; from openvino_telemetry import Telemetry; print(Telemetry().consent)"
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**env, "HOME": str(tmp_path)}, capture_output=True, text=True)

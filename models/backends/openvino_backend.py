@@ -5,7 +5,8 @@ No new file in the store: OpenVINO reads the graph ``models.export`` wrote, as i
 stored with ONNX graphs can be served this way. ``auto`` weighs it against the ONNX Runtime graphs
 on the machine at hand where the CPU has AMX and the per-token int8 graph misses the gates (docs/design.md,
 5c). OpenVINO is not in the CPU image's requirements: only installed, ``pip install openvino``, does it
-become a candidate. Its usage telemetry is declined before it is imported, in every process that imports this module.
+become a candidate. The server declines its usage telemetry before importing it (``serving/compat/openvino_telemetry.py``),
+as do the tests and ``bench.int8_recipes``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from serving.compat import openvino_telemetry
+import openvino
 
 from ..cpu import has_bf16_units
 from ..onnx_layout import FP32, onnx_dir
@@ -22,9 +22,6 @@ from ..postprocess import load_dense
 from ..spec import ModelSpec
 from ..tasks import task_of
 from .onnx_backend import graph_inputs
-
-openvino_telemetry.apply()  # before OpenVINO's import, which would send a usage event (serving/compat/openvino_telemetry.py)
-import openvino  # noqa: E402
 
 
 class OpenVinoBackend:
