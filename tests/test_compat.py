@@ -64,8 +64,7 @@ def can_go(patch: str) -> str:
 
 def test_apply_refuses_a_version_its_patches_were_not_written_for(monkeypatch):
     """A message that names the library, the installed and the expected version, and patches nothing."""
-    written_for = {**compat.WRITTEN_FOR, **compat.WRITTEN_FOR_WHERE_INSTALLED}
-    monkeypatch.setattr(compat, "installed_version", lambda library: "1.4.41" if library == "bentoml" else written_for[library])
+    monkeypatch.setattr(compat, "installed_version", lambda library: "1.4.41" if library == "bentoml" else compat.PATCHED[library])
     monkeypatch.setattr(bentoml_batcher, "apply", lambda: pytest.fail("patched before the version check"))
     with pytest.raises(compat.IncompatibleVersion, match=re.escape("bentoml 1.4.41 is installed, serving/compat patches bentoml 1.4.40")):
         compat.apply()
@@ -76,8 +75,7 @@ def test_apply_names_every_mismatched_library(monkeypatch):
     with pytest.raises(compat.IncompatibleVersion) as refused:
         compat.check_versions()
     assert all(
-        f"{library} 0.0.1 is installed, serving/compat patches {library} {v}" in str(refused.value)
-        for library, v in {**compat.WRITTEN_FOR, **compat.WRITTEN_FOR_WHERE_INSTALLED}.items()
+        f"{library} 0.0.1 is installed, serving/compat patches {library} {v}" in str(refused.value) for library, v in compat.PATCHED.items()
     )
 
 
@@ -104,8 +102,7 @@ def pinned(path: Path) -> dict[str, str]:
 def test_the_versions_written_for_are_the_pinned_ones():
     """A pin moved without the patches checked against it would refuse to start: this says so first."""
     pins = {**pinned(ROOT / "constraints.txt"), **pinned(ROOT / "requirements/serve-cpu.txt")}
-    written_for = {**compat.WRITTEN_FOR, **compat.WRITTEN_FOR_WHERE_INSTALLED}
-    assert {library: pins[library] for library in written_for} == written_for
+    assert {library: pins[library] for library in compat.PATCHED} == compat.PATCHED
 
 
 INTERNALS = ("bentoml._internal", "_bentoml_impl", "_bentoml_sdk", "uvicorn", "openvino_telemetry")

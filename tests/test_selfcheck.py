@@ -95,6 +95,7 @@ def test_a_damaged_int8_graph_is_caught_and_never_served(embed_tag: str, tmp_pat
     assert load_backend("onnx-int8", directory, spec, 2).fidelity is None
 
 
+@pytest.mark.int8  # a passing int8 graph: its kernels by the CPU class
 @pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="OpenVINO is not installed")
 def test_openvino_is_weighed_only_where_the_int8_graph_misses(embed_tag: str, tmp_path: Path, monkeypatch):
     """On a CPU with AMX (said so here, on any CPU): beside an int8 graph that passes, OpenVINO is not loaded,

@@ -37,6 +37,7 @@ WRITTEN_FOR = {
 WRITTEN_FOR_WHERE_INSTALLED = {
     "openvino-telemetry": "2025.2.0",  # openvino_telemetry: its consent check
 }
+PATCHED = {**WRITTEN_FOR, **WRITTEN_FOR_WHERE_INSTALLED}  # every library patched here: its version
 
 
 class IncompatibleVersion(RuntimeError):
@@ -54,7 +55,7 @@ def check_versions() -> None:
     """Refuses (``IncompatibleVersion``) when any patched library's installed version is not the one its patches were written for."""
     mismatched = [
         f"{library} {installed} is installed, serving/compat patches {library} {expected}"
-        for library, expected in {**WRITTEN_FOR, **WRITTEN_FOR_WHERE_INSTALLED}.items()
+        for library, expected in PATCHED.items()
         if (installed := installed_version(library)) != expected and (installed is not None or library in WRITTEN_FOR)
     ]
     if mismatched:
