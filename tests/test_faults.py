@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 import psutil
 import pytest
 import requests
@@ -154,12 +155,31 @@ def fault_server(embed_tag, logs):
 def test_killed_runner_is_replaced_and_no_request_is_lost(fault_server):
     """The calls in flight lose their connection before any answer, so their texts are sent again alone
     (serving/hop.py) and wait in the Encoder's socket backlog, which the arbiter keeps open, until
-    the new Encoder answers them: 200 a few seconds late, not 503."""
+    the new Encoder answers them: 200 a few seconds late, not 503. Small calls leave the Encoder idle
+    between them, so one long request is sent just before the kill: a third of its time alone, it is
+    in the Encoder, and its texts come back as it was answered before."""
+    url = f"{fault_server.url}/v1/embeddings"
+    long_request = {"input": [f"{i} " + "the quick brown fox jumps over the lazy dog " * 30 for i in range(64)]}
+    started = time.monotonic()
+    before = requests.post(url, json=long_request, timeout=120)
+    alone_s = time.monotonic() - started
+    after = {}
+
+    def kill_during_the_long_request():
+        sending = threading.Thread(target=lambda: after.update(response=requests.post(url, json=long_request, timeout=120)))
+        sending.start()
+        time.sleep(alone_s / 3)
+        runner.send_signal(signal.SIGKILL)
+        sending.join()
+
     (runner,) = workers(fault_server.process, "encoder")
-    result = load_while(fault_server.url, lambda: runner.send_signal(signal.SIGKILL))
-    print("\nrunner killed:", result.summary())
+    result = load_while(fault_server.url, kill_during_the_long_request)
+    print("\nrunner killed:", result.summary(), f"(the long request: {alone_s:.2f} s alone)")
     assert set(result.statuses) == {200}, result.sample_errors
-    assert "sending it again" in fault_server.log.read_text()
+    assert "sending it again, each text alone" in fault_server.log.read_text()
+    assert after["response"].status_code == 200, after["response"].text
+    expected, answered = (np.array([row["embedding"] for row in r.json()["data"]]) for r in (before, after["response"]))
+    assert np.einsum("ij,ij->i", expected, answered).min() > 0.99  # unit vectors; int8 rows differ a little by batch
     assert eventually_ok(fault_server.url, within_s=90)
     assert [p.pid for p in workers(fault_server.process, "encoder")] != [runner.pid]
 
