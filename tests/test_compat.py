@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import collections
+import contextlib
 import gc
 import importlib.util
 import inspect
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -26,6 +29,7 @@ from typing import NamedTuple
 
 import aiohttp
 import bentoml
+import psutil
 import pytest
 import uvicorn
 from _bentoml_impl.client.proxy2 import AsyncClient
@@ -749,6 +753,83 @@ def test_the_socket_files_are_removed_after_the_watchers_have_stopped(monkeypatc
     from bentoml._internal.utils.circus import Arbiter
 
     assert stopping_order(monkeypatch, Arbiter.stop) == ["watchers stopped", "sockets closed", "socket files removed"]
+
+
+# bentoml_arbiter: a dead process replaced as soon as it exits.
+
+SUPERVISED = """
+import sys
+from serving import compat
+if sys.argv[1] == "patched":
+    compat.apply()
+from bentoml._internal.utils.circus import create_standalone_arbiter
+from circus.watcher import Watcher
+sleeper = Watcher(name="sleeper", cmd=sys.executable, args=["-c", "import time; time.sleep(600)"], numprocesses=1)
+create_standalone_arbiter([sleeper]).start()
+"""
+
+
+def sleepers(arbiter: subprocess.Popen) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(arbiter.pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "time.sleep(600)" in " ".join(child.cmdline()):
+                found.append(child)
+    return found
+
+
+def test_still_needed_bentoml_arbiter_checks_its_processes_every_10_s_and_ignores_sigchld():
+    from bentoml._internal.utils.circus import create_standalone_arbiter
+    from circus.sighandler import SysHandler
+
+    assert create_standalone_arbiter([]).check_delay == 10, can_go("bentoml_arbiter (dead processes replaced at once)")
+    assert signal.SIGCHLD not in SysHandler.SIGNALS, can_go("bentoml_arbiter (dead processes replaced at once)")
+
+
+def test_a_killed_process_is_replaced_at_once_not_at_the_next_periodic_check():
+    """A real arbiter, as ``bentoml serve`` makes it, over one process; killed a second after it started,
+    that process would be replaced at the first periodic check, 10 s after the start."""
+    arbiter = subprocess.Popen([sys.executable, "-c", SUPERVISED, "patched"], cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (started := sleepers(arbiter)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (first,) = started
+        time.sleep(1)
+        first.kill()
+        killed = time.monotonic()
+        while not (replaced := [p for p in sleepers(arbiter) if p.pid != first.pid]) and time.monotonic() - killed < 5:
+            time.sleep(0.05)
+        assert replaced, "not replaced within 5 s of its death"
+    finally:
+        os.killpg(arbiter.pid, signal.SIGKILL)
+        arbiter.wait()
+
+
+def test_a_crash_loop_is_left_to_the_periodic_check(monkeypatch):
+    """After ``AT_ONCE`` replacements at once within the window, a death waits for the periodic check."""
+    checks: list[str] = []
+
+    class Loop:
+        def add_future(self, future, callback):
+            checks.append(future)
+
+        def call_later(self, delay, callback, *args):
+            checks.append("later")
+
+    arbiter = types.SimpleNamespace(_stopping=False, _restarting=False, _exclusive_running_command=None, loop=Loop())
+    arbiter.replaced_at_once = collections.deque(maxlen=bentoml_arbiter.AT_ONCE)
+    arbiter.manage_watchers = lambda: "checked"
+    for _ in range(bentoml_arbiter.AT_ONCE + 2):
+        bentoml_arbiter._replace_the_dead(arbiter)
+    assert checks == ["checked"] * bentoml_arbiter.AT_ONCE
+    arbiter._exclusive_running_command = "arbiter_start_watchers"
+    arbiter.replaced_at_once.clear()
+    bentoml_arbiter._replace_the_dead(arbiter)
+    assert checks[-1] == "later"
+    arbiter._exclusive_running_command, arbiter._stopping = None, True
+    bentoml_arbiter._replace_the_dead(arbiter)
+    assert len(checks) == bentoml_arbiter.AT_ONCE + 1
 
 
 def test_gpus_are_read_from_bentomls_own_inventory():

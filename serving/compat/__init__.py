@@ -6,7 +6,7 @@ tests/test_compat.py holds, per patch, a test of the upstream behaviour it corre
 upgrade fixes that behaviour upstream, the test fails and says which patch can go.
 
 - ``bentoml_batcher``      BentoML's adaptive batcher without its learned idle wait or its polling, fed by the socket hop too
-- ``bentoml_arbiter``      the services' Unix sockets kept until the supervisor's processes have stopped
+- ``bentoml_arbiter``      the services' Unix sockets kept until the supervisor's processes have stopped; a dead process replaced at once
 - ``bentoml_requests``     a media type per class, the timeout timer cancelled, failed requests and probes answered, spans when exported
 - ``bentoml_metrics``      BentoML's HTTP metrics labelled by route template, not raw path
 - ``uvicorn_connections``  headers and body deadlines and a keep-alive per service, on uvicorn's httptools protocol
