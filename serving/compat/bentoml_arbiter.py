@@ -15,7 +15,7 @@ lest the check collide with its watchers' start), and circus does not handle SIG
 (out of memory on one text, say) is replaced 0-10 s after it dies, every request to its model waiting
 meanwhile. Here the arbiter runs that check as soon as a child exits, up to ``AT_ONCE`` times in
 ``AT_ONCE_WITHIN_S``; a process that keeps dying as it starts is left to the periodic check after that,
-so a crash loop costs no more CPU than before.
+so a crash loop costs no more CPU than under BentoML's check alone.
 """
 
 from __future__ import annotations
