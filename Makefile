@@ -74,8 +74,8 @@ test-fast: venv
 
 # The int8-sensitive tests (mark int8, pytest.ini) on an emulated AVX2-only CPU, whatever this x86 machine's class:
 # qemu-user's Haswell (AVX2 and FMA; no AVX-512, no VNNI). ONNX Runtime and models.cpu ask the CPU with cpuid,
-# which qemu answers as that CPU, so its int8 kernels run and the tests expect what models.cpu says of it. About
-# 1.5 hours on 2 cores (emulation is 20-100x slower; MiniLM against transformers on 267 texts takes most of it).
+# which qemu answers as that CPU, so its int8 kernels run and the tests expect what models.cpu says of it. 24
+# minutes on a 2-core AVX-512 EPYC (emulation is 20-100x slower; bench/results/make-test-avx2-emulated-avx512-zen4.txt).
 # qemu-user is installed with apt-get (as root) where it is missing.
 QEMU_AVX2 := qemu-x86_64 -cpu Haswell
 test-avx2: venv
