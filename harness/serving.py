@@ -47,6 +47,19 @@ def role(command_line: str) -> str:
     return "API worker" if "_bentoml_impl.worker.service" in command_line else "supervisor"
 
 
+def service_processes(process: subprocess.Popen, service: str) -> list:
+    """The live processes (psutil) of one BentoML service (``--service-name``) of the server led by ``process``."""
+    import psutil
+
+    found = []
+    for child in psutil.Process(process.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # exited, or a zombie not yet reaped
+            # The trailing space: "encoder" names a lone model's Encoder and begins every other Encoder's name.
+            if f"--service-name {service} " in " ".join(child.cmdline()) + " ":
+                found.append(child)
+    return found
+
+
 class ServerExited(RuntimeError):
     """The server process ended before it was ready."""
 

@@ -47,7 +47,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness.load import closed_loop
 from harness.results import RESULTS, write_result
-from harness.serving import serve
+from harness.serving import serve, service_processes
 from harness.texts import short_texts
 from reliability.soak import ROUTES, mixed_body
 from serving.settings import settings
@@ -56,12 +56,6 @@ GRACE_S = 10
 RECOVERY_S = 5
 CONCURRENCY = 64
 API_SERVICE = "textbento"
-
-
-def processes(server, service: str) -> list[psutil.Process]:
-    root = psutil.Process(server.process.pid)
-    # The trailing space: "encoder" names a lone model's Encoder and begins every other Encoder's name.
-    return [p for p in root.children(recursive=True) if f"--service-name {service} " in " ".join(p.cmdline()) + " "]
 
 
 def encoder_services(tags: list[str]) -> dict[str, str]:
@@ -121,7 +115,7 @@ def run(models: str | list[str], seconds: float, plan: list[tuple[float, str]], 
                     return
                 model = next(next_encoder) if what == "encoder" else None
                 service = encoders[model] if model else API_SERVICE
-                victim = processes(server, service)[0]
+                victim = service_processes(server.process, service)[0]
                 kills.append(
                     {"at_s": round(time.monotonic() - started, 2), "what": what, "model": model, "service": service, "pid": victim.pid}
                 )

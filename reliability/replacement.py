@@ -17,24 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import requests
 
 from harness.results import write_result
-from harness.serving import role, serve
+from harness.serving import serve, service_processes
 
 ANSWERED_WITHIN_S = 120
-
-
-def encoders(server) -> list[psutil.Process]:
-    found = []
-    for process in psutil.Process(server.process.pid).children(recursive=True):
-        try:
-            if role(" ".join(process.cmdline())) == "Encoder":
-                found.append(process)
-        except psutil.Error:  # exited, or a zombie not yet reaped
-            continue
-    return found
 
 
 def answered(url: str) -> bool:
@@ -46,14 +34,16 @@ def answered(url: str) -> bool:
 
 def kill_once(server) -> dict:
     """The Encoder killed: seconds until its replacement process started and until a request is answered again."""
-    (encoder,) = encoders(server)
+    (encoder,) = service_processes(server.process, "encoder")
     killed = time.time()
     encoder.send_signal(signal.SIGKILL)
-    while not (replacement := [p for p in encoders(server) if p.pid != encoder.pid]):
+    while not (replacement := [p for p in service_processes(server.process, "encoder") if p.pid != encoder.pid]):
         if time.time() - killed > ANSWERED_WITHIN_S:
             raise TimeoutError(f"no Encoder replaced pid {encoder.pid} within {ANSWERED_WITHIN_S} s")
         time.sleep(0.02)
     while not answered(server.url):
+        if time.time() - killed > ANSWERED_WITHIN_S:
+            raise TimeoutError(f"no request answered within {ANSWERED_WITHIN_S} s of the kill")
         time.sleep(0.05)
     started_s = max(replacement[0].create_time() - killed, 0.0)  # create_time has a 10-ms tick
     return {"replacement_started_s": round(started_s, 2), "answered_again_s": round(time.time() - killed, 2)}

@@ -76,7 +76,8 @@ def sentence_embeddings(model_dir: Path, texts: list[str], max_length: int, batc
     ``make test-avx2``'s emulation), while a row does not depend on its batch's padding."""
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModel.from_pretrained(str(model_dir)).eval()
-    order = sorted(range(len(texts)), key=lambda i: len(tokenizer(texts[i], truncation=True, max_length=max_length)["input_ids"]))
+    lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
+    order = sorted(range(len(texts)), key=lengths.__getitem__)
     rows = np.empty((len(texts), model.config.hidden_size), dtype=np.float32)
     for start in range(0, len(order), batch_size):
         chosen = order[start : start + batch_size]

@@ -19,7 +19,7 @@ import requests
 from transformers import AutoTokenizer, Qwen3Config
 
 from harness.load import closed_loop
-from harness.serving import role
+from harness.serving import role, service_processes
 from harness.testmodels import build_decoder, build_decoder_tokenizer
 from models.store import import_model
 from reliability.storm import gauges, idle_levels, settled
@@ -119,10 +119,6 @@ def test_lone_calls_wait_for_each_other_across_workers(tmp_path):
     assert asyncio.run(scenario()) == ["first in", "first out", "second in", "second out"]
 
 
-def workers(process, service):
-    return [p for p in psutil.Process(process.pid).children(recursive=True) if f"--service-name {service}" in " ".join(p.cmdline())]
-
-
 def load_while(url, action, *, after_s=3, deadline_s=15, concurrency=16):
     """Closed-loop load on ``url``; ``action()`` runs ``after_s`` into it. Returns the load result."""
     outcome = {}
@@ -172,7 +168,7 @@ def test_killed_runner_is_replaced_and_no_request_is_lost(fault_server):
         runner.send_signal(signal.SIGKILL)
         sending.join()
 
-    (runner,) = workers(fault_server.process, "encoder")
+    (runner,) = service_processes(fault_server.process, "encoder")
     result = load_while(fault_server.url, kill_during_the_long_request)
     print("\nrunner killed:", result.summary(), f"(the long request: {alone_s:.2f} s alone)")
     assert set(result.statuses) == {200}, result.sample_errors
@@ -181,11 +177,11 @@ def test_killed_runner_is_replaced_and_no_request_is_lost(fault_server):
     expected, answered = (np.array([row["embedding"] for row in r.json()["data"]]) for r in (before, after["response"]))
     assert np.einsum("ij,ij->i", expected, answered).min() > 0.99  # unit vectors; int8 rows differ a little by batch
     assert eventually_ok(fault_server.url, within_s=90)
-    assert [p.pid for p in workers(fault_server.process, "encoder")] != [runner.pid]
+    assert [p.pid for p in service_processes(fault_server.process, "encoder")] != [runner.pid]
 
 
 def test_killed_api_worker_is_replaced(fault_server):
-    victim = workers(fault_server.process, "textbento")[0]
+    victim = service_processes(fault_server.process, "textbento")[0]
     result = load_while(fault_server.url, lambda: victim.send_signal(signal.SIGKILL))
     print("\nAPI worker killed:", result.summary())
     # Requests on the killed process's own connections can only see the connection drop;
@@ -194,9 +190,9 @@ def test_killed_api_worker_is_replaced(fault_server):
     assert result.statuses[200] > 0
     assert eventually_ok(fault_server.url, within_s=90)
     deadline = time.monotonic() + 60
-    while len(workers(fault_server.process, "textbento")) < 2 and time.monotonic() < deadline:
+    while len(service_processes(fault_server.process, "textbento")) < 2 and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert victim.pid not in [p.pid for p in workers(fault_server.process, "textbento")]
+    assert victim.pid not in [p.pid for p in service_processes(fault_server.process, "textbento")]
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.load import closed_loop
-from tests.test_faults import workers
+from harness.serving import service_processes
 
 LONG = "a " * 100 + "b " * 200  # past MiniLM's 256 tokens: which side is cut shows
 
@@ -225,7 +225,7 @@ def test_a_killed_models_encoder_spares_the_other_models(server):
         "classify": ("/v1/classify", lambda i: {"inputs": f"text {i}"}),
         "rerank": ("/v1/rerank", lambda i: {"query": "q", "documents": [f"text {i}", "other"]}),
     }
-    (victim,) = workers(server.process, "encoder-cross-encoder")
+    (victim,) = service_processes(server.process, "encoder-cross-encoder")
     results = {}
 
     async def mixed():
@@ -245,4 +245,4 @@ def test_a_killed_models_encoder_spares_the_other_models(server):
     while post(server.url, "/v1/rerank", {"query": "q", "documents": ["a"]}).status_code != 200:
         assert time.monotonic() < deadline, "the reranker did not come back"
         time.sleep(1)
-    assert [p.pid for p in workers(server.process, "encoder-cross-encoder")] != [victim.pid]
+    assert [p.pid for p in service_processes(server.process, "encoder-cross-encoder")] != [victim.pid]
